@@ -1,0 +1,107 @@
+"""``IterableDatasetShard``: one process's share of an iterable dataset, by whole or split batches."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import IterableDataset
+
+from lightning_shard._checks import (
+    check_non_negative,
+    check_num_processes,
+    check_process_index,
+    check_split_batch_size,
+)
+
+
+class IterableDatasetShard(IterableDataset):
+    """Yields this process's elements of ``dataset``, batch by global batch.
+
+    Elements are read in global batches (``batch_size * N`` elements, or ``batch_size`` with
+    ``split_batches``); process ``r`` yields slice ``r`` of each. Unless ``drop_last``, the last,
+    incomplete global batch is completed with elements from the first one, so every process yields
+    the same number of elements. Every process reads the whole stream, so all stop together.
+
+    Args:
+        dataset: the iterable dataset to shard.
+        batch_size: the per-process batch size, or the global one with ``split_batches=True``.
+        drop_last: drop the last incomplete global batch instead of padding it.
+        num_processes: the number of data-parallel processes ``N``.
+        process_index: this process's index in ``[0, N)``.
+        split_batches: ``batch_size`` is the global batch size, split across processes.
+
+    Raises:
+        TypeError / ValueError: on a bad ``num_processes``, ``process_index`` or ``batch_size``, or
+            with ``split_batches=True`` when ``batch_size`` is not a multiple of ``N``.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int = 1,
+        drop_last: bool = False,
+        num_processes: int = 1,
+        process_index: int = 0,
+        split_batches: bool = False,
+    ) -> None:
+        self.num_processes = check_num_processes(num_processes)
+        self.process_index = check_process_index(process_index, self.num_processes)
+        if check_non_negative("batch_size", batch_size) == 0:
+            raise ValueError("`batch_size` must be at least 1, got 0. Pass the number of samples per batch.")
+        if split_batches:
+            check_split_batch_size(batch_size, self.num_processes, "iterable dataset")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.split_batches = split_batches
+        self.epoch = 0
+
+    @property
+    def global_batch_size(self) -> int:
+        """Elements read per step across all processes."""
+        return self.batch_size if self.split_batches else self.batch_size * self.num_processes
+
+    @property
+    def process_batch_size(self) -> int:
+        """Elements this process yields per step."""
+        return self.batch_size // self.num_processes if self.split_batches else self.batch_size
+
+    def set_epoch(self, epoch: int) -> None:
+        """Record ``epoch`` and forward it to the dataset when it takes one."""
+        self.epoch = epoch
+        if callable(getattr(self.dataset, "set_epoch", None)):
+            self.dataset.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        """Elements this process yields; exact for ``split_batches`` too (unlike the reference)."""
+        steps = len(self.dataset) / self.global_batch_size
+        return (math.floor(steps) if self.drop_last else math.ceil(steps)) * self.process_batch_size
+
+    def _seed_dataset_generator(self) -> None:
+        # NOTE: as the reference, a dataset with a generator but no `set_epoch` is re-seeded with the
+        # epoch, so every process draws the same stream.
+        generator = getattr(self.dataset, "generator", None)
+        if not callable(getattr(self.dataset, "set_epoch", None)) and isinstance(generator, torch.Generator):
+            generator.manual_seed(self.epoch)
+
+    def __iter__(self) -> Iterator[Any]:
+        self._seed_dataset_generator()
+        width = self.process_batch_size
+        lo, hi = self.process_index * width, (self.process_index + 1) * width
+        first: list[Any] | None = None
+        current: list[Any] = []
+        for element in self.dataset:
+            current.append(element)
+            if len(current) == self.global_batch_size:
+                yield from current[lo:hi]
+                first = first if first is not None else current
+                current = []
+        if self.drop_last or not current:
+            return
+        pool = first if first is not None else list(current)
+        while len(current) < self.global_batch_size:
+            current += pool
+        yield from current[lo:hi]
