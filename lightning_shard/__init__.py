@@ -1,13 +1,27 @@
 """Batch-level data sharding across processes for PyTorch Lightning, exact and resumable."""
 
 from lightning_shard.batch_sampler_shard import BatchSamplerShard
+from lightning_shard.dispatcher import DataLoaderDispatcher
 from lightning_shard.iterable_shard import IterableDatasetShard
+from lightning_shard.loader_shard import DataLoaderShard
+from lightning_shard.optim import ShardOptimizer, ShardScheduler
+from lightning_shard.options import ShardOptions
+from lightning_shard.prepare import prepare_data_loader, skip_first_batches
 from lightning_shard.samplers import SeedableRandomSampler, SkipBatchSampler
+from lightning_shard.state import LoaderState
 
 __all__ = [
     "BatchSamplerShard",
+    "DataLoaderDispatcher",
+    "DataLoaderShard",
     "IterableDatasetShard",
+    "LoaderState",
     "SeedableRandomSampler",
+    "ShardOptimizer",
+    "ShardOptions",
+    "ShardScheduler",
     "SkipBatchSampler",
+    "prepare_data_loader",
+    "skip_first_batches",
 ]
 __version__ = "0.1.0"

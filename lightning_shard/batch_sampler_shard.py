@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Sized
+from collections.abc import Iterable, Iterator, Sized
 from typing import Any
 
 from torch.utils.data import BatchSampler
@@ -89,13 +89,16 @@ class BatchSamplerShard(BatchSampler):
         )
 
     def __len__(self) -> int:
+        return self.length_after(0)
+
+    def length_after(self, consumed: int) -> int:
+        """How many batches this process yields once ``consumed`` batches of the wrapped sampler are gone."""
         layout = self._layout()
         if layout is not None:
-            return layout.num_batches()
-        return self._generic_length()
+            return layout.skip(consumed * (self.batch_size or 0)).num_batches()
+        return self._generic_length(max(len(self.batch_sampler) - consumed, 0))
 
-    def _generic_length(self) -> int:
-        total = len(self.batch_sampler)
+    def _generic_length(self, total: int) -> int:
         if self.split_batches:
             return total
         rounds, extra = divmod(total, self.num_processes)
@@ -106,34 +109,43 @@ class BatchSamplerShard(BatchSampler):
     def __iter__(self) -> Iterator[list[int]]:
         return self.iter_from(0)
 
-    def iter_from(self, start: int) -> Iterator[list[int]]:
-        """Yield this process's batches from its batch number ``start`` on."""
+    def iter_from(self, start: int, *, consumed: int = 0) -> Iterator[list[int]]:
+        """Yield this process's batches from its batch number ``start`` on.
+
+        ``consumed`` first drops that many batches of the wrapped sampler and shards the rest, as a
+        run on another number of processes that already consumed them would (elastic resumption).
+        """
         fast = fast_epoch_order(self.batch_sampler)
         layout = self._layout()
         if fast is not None and layout is not None:
-            return self._iter_fast(layout, fast.draw, fast.finish, start)
-        return itertools.islice(self._iter_generic(), start, None)
+            return self._iter_fast(layout, fast.draw, fast.finish, start, consumed)
+        source = itertools.islice(iter(self.batch_sampler), consumed, None)
+        return itertools.islice(self._iter_generic(source), start, None)
 
     @staticmethod
-    def _iter_fast(layout: ShardLayout, draw: Any, finish: Any, start: int) -> Iterator[list[int]]:
-        yield from layout.iter_batches(draw(), start)
+    def _iter_fast(
+        layout: ShardLayout, draw: Any, finish: Any, start: int, consumed: int
+    ) -> Iterator[list[int]]:
+        order = draw()
+        offset = min(consumed * layout.batch_size, order.numel())
+        yield from layout.skip(offset).iter_batches(order[offset:], start)
         finish()
 
-    def _iter_generic(self) -> Iterator[list[int]]:
-        if self.split_batches:
-            return self._iter_split()
-        return self._iter_whole()
+    def _iter_generic(self, source: Iterable[Any] | None = None) -> Iterator[list[int]]:
+        """The streaming path, for any batch sampler; ``source`` replaces the wrapped sampler's batches."""
+        batches = self.batch_sampler if source is None else source
+        return self._iter_split(batches) if self.split_batches else self._iter_whole(batches)
 
     def _is_full(self, batch: Sized) -> bool:
         return self.batch_size is None or len(batch) == self.batch_size
 
-    def _iter_split(self) -> Iterator[list[int]]:
+    def _iter_split(self, batches: Iterable[Any]) -> Iterator[list[int]]:
         assert self.batch_size is not None  # NOTE: checked in __init__ for split_batches.
         width = self.batch_size // self.num_processes
         lo, hi = width * self.process_index, width * (self.process_index + 1)
         first: list[int] = []
         last: list[int] = []
-        for position, batch in enumerate(self.batch_sampler):
+        for position, batch in enumerate(batches):
             if position == 0:
                 first = list(batch)
             if len(batch) == self.batch_size:
@@ -147,13 +159,13 @@ class BatchSamplerShard(BatchSampler):
             return
         yield (list(last) + _repeat_to(first, self.batch_size))[lo:hi]
 
-    def _iter_whole(self) -> Iterator[list[int]]:
+    def _iter_whole(self, batches: Iterable[Any]) -> Iterator[list[int]]:
         n, r = self.num_processes, self.process_index
         head: list[Any] = []
         mine: Any = None
         last: Any = []
         seen = 0
-        for position, batch in enumerate(self.batch_sampler):
+        for position, batch in enumerate(batches):
             if not self.drop_last and position < n:
                 head.append(batch)
             if position % n == r:

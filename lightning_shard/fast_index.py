@@ -10,7 +10,8 @@ with ``split_batches``), cycled as often as needed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
@@ -31,6 +32,10 @@ class ShardLayout:
     split_batches: bool
     even_batches: bool
     drop_last: bool
+
+    def skip(self, offset: int) -> ShardLayout:
+        """The layout of the same epoch once its first ``offset`` indices are gone."""
+        return replace(self, length=max(self.length - offset, 0))
 
     def _head_length(self) -> int:
         span = self.batch_size if self.split_batches else self.batch_size * self.num_processes
@@ -132,12 +137,11 @@ def fast_epoch_order(batch_sampler: object) -> EpochOrder | None:
     """The fast path for ``batch_sampler``, or ``None`` when only the generic path is exact."""
     if type(batch_sampler) is not BatchSampler:
         return None
-    sampler = batch_sampler.sampler
+    sampler: Any = batch_sampler.sampler
     if type(sampler) is SequentialSampler:
         return EpochOrder(_sequential_order(sampler), lambda: None)
     if type(sampler) in (RandomSampler, SeedableRandomSampler):
-        n = len(sampler.data_source)  # type: ignore[arg-type]
-        if sampler.replacement or sampler.num_samples != n:  # type: ignore[attr-defined]
+        if sampler.replacement or sampler.num_samples != len(sampler.data_source):
             return None
-        return EpochOrder(_random_order(sampler), _finish_random(sampler))  # type: ignore[arg-type]
+        return EpochOrder(_random_order(sampler), _finish_random(sampler))
     return None

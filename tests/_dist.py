@@ -19,15 +19,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def _worker(fn: Callable[..., Any], rank: int, world_size: int, init_file: str, args: tuple, out: Any) -> None:
+def _worker(
+    fn: Callable[..., Any], rank: int, world_size: int, init_file: str, args: tuple, out: Any
+) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     import torch
 
     torch.set_num_threads(1)
     try:
-        dist.init_process_group(
-            "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size
-        )
+        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
         try:
             out.put((rank, True, fn(rank, world_size, *args)))
         finally:

@@ -1,0 +1,60 @@
+"""``EpochCursor``: the loader's index source, able to start anywhere in the epoch by arithmetic."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import BatchSampler
+
+from lightning_shard.epochs import forward_epoch
+
+
+class EpochCursor(BatchSampler):
+    """Wraps a (sharded) batch sampler; the next iteration starts at ``start`` after ``consumed``.
+
+    ``start`` counts this process's batches; ``consumed`` counts batches of the user's batch sampler
+    already seen by all processes (an elastic restore). Both are reset by ``rewind``. The loader owns
+    the cursor and sets both just before it creates its iterator, so a DataLoader never sees indices
+    of skipped batches, and no sample is loaded to skip it.
+    """
+
+    def __init__(self, batch_sampler: Any) -> None:
+        self.batch_sampler = batch_sampler
+        self.start = 0
+        self.consumed = 0
+        self.epoch = 0
+
+    @property
+    def batch_size(self) -> int | None:  # type: ignore[override]
+        return getattr(self.batch_sampler, "batch_size", None)
+
+    @property
+    def drop_last(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self.batch_sampler, "drop_last", False))
+
+    @property
+    def sampler(self) -> Any:  # type: ignore[override]
+        return getattr(self.batch_sampler, "sampler", None)
+
+    def rewind(self, start: int = 0, consumed: int = 0) -> None:
+        """Make the next iteration start at ``start`` after ``consumed`` (both 0: the epoch's start)."""
+        self.start, self.consumed = start, consumed
+
+    def set_epoch(self, epoch: int) -> None:
+        """Record ``epoch`` and forward it to the wrapped samplers."""
+        self.epoch = epoch
+        forward_epoch(self.batch_sampler, epoch)
+
+    def __iter__(self) -> Iterator[Any]:
+        iter_from = getattr(self.batch_sampler, "iter_from", None)
+        if callable(iter_from):
+            return iter_from(self.start, consumed=self.consumed)
+        return itertools.islice(iter(self.batch_sampler), self.start, None)
+
+    def __len__(self) -> int:
+        length_after = getattr(self.batch_sampler, "length_after", None)
+        if callable(length_after):
+            return int(length_after(self.consumed))
+        return len(self.batch_sampler)

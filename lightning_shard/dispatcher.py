@@ -1,0 +1,274 @@
+"""``DataLoaderDispatcher``: process 0 loads, every other process receives only its slice (SPEC D3)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from lightning_shard._checks import check_non_negative
+from lightning_shard.cursor import EpochCursor
+from lightning_shard.device import send_to_device
+from lightning_shard.distributed import Topology, communication_device, is_distributed, resolve_topology
+from lightning_shard.resumable import ResumableLoaderMixin, ShardingInfo
+from lightning_shard.state import decode_generator_state
+from lightning_shard.structure import batch_length, concatenate, slice_batch
+from lightning_shard.wire import Channel, Status
+
+_END = object()
+
+
+class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
+    """Iterates the user's loader on process 0 only and sends each process its part of each batch.
+
+    Without ``split_batches``, ``N`` consecutive batches form a global batch; with it, each batch is
+    one. Process ``r`` gets rows ``[r * k, (r + 1) * k)`` of the global batch (``k = rows // N``); an
+    incomplete last global batch is completed with the first ``N`` rows of the epoch unless
+    ``drop_last``. When process 0's data ends, every process stops at the same step.
+
+    Args:
+        dataset: the user's dataset (iterated on process 0 only).
+        device: where each slice is put (``None``: left where it is).
+        split_batches: split each batch instead of joining ``N`` batches.
+        skip_batches: steps to skip at the start of the first iteration.
+        use_stateful_dataloader: back the loader with torchdata's ``StatefulDataLoader``.
+        slice_fn: ``slice_fn(batch, slice, process_index=, num_processes=)``; default cuts every tensor
+            and sequence along dimension 0.
+        non_blocking: asynchronous host-to-device copies.
+        num_processes, process_index: default to the running process group's.
+        **kwargs: any other ``DataLoader`` argument (a ``batch_sampler`` for map-style data).
+
+    Raises:
+        ValueError: if several processes are asked for without a running process group.
+    """
+
+    def __new__(
+        cls, *args: Any, use_stateful_dataloader: bool = False, **kwargs: Any
+    ) -> DataLoaderDispatcher:
+        target = (
+            StatefulDataLoaderDispatcher if use_stateful_dataloader and cls is DataLoaderDispatcher else cls
+        )
+        return super().__new__(target)  # type: ignore[arg-type]
+
+    def __init__(
+        self,
+        dataset: Any,
+        device: torch.device | str | None = None,
+        split_batches: bool = False,
+        skip_batches: int = 0,
+        use_stateful_dataloader: bool = False,
+        slice_fn: Any = None,
+        non_blocking: bool = False,
+        *,
+        num_processes: int | None = None,
+        process_index: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        skip_batches = check_non_negative("skip_batches", skip_batches)
+        topology = resolve_topology(num_processes, process_index)
+        _check_group(topology)
+        if kwargs.get("batch_sampler") is not None and not isinstance(dataset, IterableDataset):
+            kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
+        super().__init__(dataset, **kwargs)
+        self.device = None if device is None else torch.device(device)
+        self.split_batches = split_batches
+        self.slice_fn = slice_fn or slice_batch
+        self.non_blocking = non_blocking
+        self.use_stateful_dataloader = use_stateful_dataloader
+        self.topology = topology
+        self._channels: dict[int, Channel] = {}
+        self._resume_batches = 0
+        self._skipped_head: list[Any] = []
+        self._init_position(skip_batches)
+
+    @property
+    def num_processes(self) -> int:
+        return self.topology.num_processes
+
+    @property
+    def process_index(self) -> int:
+        return self.topology.process_index
+
+    @property
+    def bytes_received(self) -> int:
+        """Bytes this process received from process 0 so far (0 on process 0)."""
+        return sum(channel.bytes_moved for channel in self._channels.values()) if self.process_index else 0
+
+    # -- the pieces ResumableLoaderMixin needs -----------------------------------------------------
+    @property
+    def cursor(self) -> EpochCursor | None:
+        return self.batch_sampler if isinstance(self.batch_sampler, EpochCursor) else None
+
+    def _user_drop_last(self) -> bool:
+        cursor = self.cursor
+        return cursor.drop_last if cursor is not None else bool(self.drop_last)
+
+    def _user_batch_size(self) -> int | None:
+        cursor = self.cursor
+        return cursor.batch_size if cursor is not None else self.batch_size
+
+    def _sharding(self) -> ShardingInfo:
+        length = len(self.dataset) if hasattr(self.dataset, "__len__") else None  # type: ignore[arg-type]
+        return ShardingInfo(
+            mode="dispatch",
+            num_processes=self.num_processes,
+            split_batches=self.split_batches,
+            even_batches=True,
+            drop_last=self._user_drop_last(),
+            batch_size=self._user_batch_size(),
+            dataset_length=length,
+            step_size=1 if self.split_batches else self.num_processes,
+        )
+
+    def _sampler_generator(self) -> torch.Generator | None:
+        return getattr(getattr(self.cursor, "sampler", None), "generator", None)
+
+    def _forward_epoch(self, epoch: int) -> None:
+        cursor = self.cursor
+        if cursor is not None:
+            cursor.set_epoch(epoch)
+        elif callable(getattr(self.dataset, "set_epoch", None)):
+            self.dataset.set_epoch(epoch)  # type: ignore[attr-defined]
+
+    def _seek(self, start: int, base: int) -> None:
+        self._resume_batches = base + start * self._sharding().step_size
+        cursor = self.cursor
+        if cursor is not None:
+            cursor.rewind(0, self._resume_batches)
+
+    # -- iteration --------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        whole = super().__len__()
+        if self.split_batches:
+            return whole
+        return whole // self.num_processes if self._user_drop_last() else -(-whole // self.num_processes)
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        self._begin_epoch()
+        if self.process_index == 0:
+            return self._serve()
+        return self._receive()
+
+    def _channel(self, peer: int) -> Channel:
+        if peer not in self._channels:
+            self._channels[peer] = Channel(peer, communication_device())
+        return self._channels[peer]
+
+    def _serve(self) -> Iterator[Any]:
+        """Process 0: build global batches, send each peer its slice, yield our own."""
+        last = False
+        try:
+            for batch, last in self._global_slices():
+                for peer in range(1, self.num_processes):
+                    self._channel(peer).send_batch(batch[peer], last)
+                self._steps += 1
+                self.end_of_dataloader = last
+                yield send_to_device(batch[0], self.device, self.non_blocking)
+        except Exception as error:
+            for peer in range(1, self.num_processes):
+                self._channel(peer).send_status(Status.ERROR, f"{type(error).__name__}: {error}")
+            raise
+        if not last:
+            for peer in range(1, self.num_processes):
+                self._channel(peer).send_status(Status.STOP)
+        self._finish_epoch()
+
+    def _receive(self) -> Iterator[Any]:
+        """Other processes: receive slices from process 0 until it says the epoch is over."""
+        channel = self._channel(0)
+        while True:
+            status, batch = channel.receive()
+            if status is Status.ERROR:
+                raise RuntimeError(f"Process 0 failed while loading the batch to dispatch: {batch}")
+            if status is Status.STOP:
+                break
+            self._steps += 1
+            self.end_of_dataloader = status is Status.LAST
+            yield send_to_device(batch, self.device, self.non_blocking)
+            if status is Status.LAST:
+                break
+        self._finish_epoch()
+
+    def _global_slices(self) -> Iterator[tuple[list[Any], bool]]:
+        """Each global batch cut into ``N`` slices, and whether it is the epoch's last."""
+        batches = self._global_batches()
+        current = next(batches, _END)
+        head = self._epoch_head()
+        while current is not _END:
+            following = next(batches, _END)
+            head = head if head is not None else self._head_of(current)
+            yield self._cut(current, following is _END, head), following is _END
+            current = following
+
+    def _global_batches(self) -> Iterator[Any]:
+        source = super().__iter__()
+        group = 1 if self.split_batches else self.num_processes
+        skip = 0 if self.cursor is not None else self._resume_batches
+        skipped = list(itertools.islice(source, skip))
+        self._skipped_head = skipped[:group]
+        while True:
+            batches = list(itertools.islice(source, group))
+            if not batches or (len(batches) < group and self._user_drop_last()):
+                return
+            yield batches[0] if len(batches) == 1 else concatenate(batches)
+
+    def _head_of(self, batch: Any) -> Any:
+        """The first ``N`` rows of the epoch, used to complete an incomplete last global batch."""
+        return self.slice_fn(
+            batch, slice(0, self.num_processes), process_index=0, num_processes=self.num_processes
+        )
+
+    def _epoch_head(self) -> Any:
+        """On a resumed epoch, its first global batch's head, read by index without moving the order."""
+        if self._user_drop_last() or not self._resume_batches:
+            return None
+        if self.cursor is None:
+            first = self._skipped_head
+            return self._head_of(first[0] if len(first) == 1 else concatenate(first)) if first else None
+        return self._head_of(self._load_first_batch())
+
+    def _load_first_batch(self) -> Any:
+        cursor = self.cursor
+        assert cursor is not None
+        generator, at_start = self._sampler_generator(), self._epoch_generator_state
+        if generator is None or at_start is None:
+            indices: list[int] = next(iter(cursor.batch_sampler), [])
+        else:
+            now = generator.get_state()
+            generator.set_state(decode_generator_state(at_start))
+            indices = next(iter(cursor.batch_sampler), [])
+            generator.set_state(now)
+        return self.collate_fn([self.dataset[index] for index in indices])
+
+    def _cut(self, batch: Any, last: bool, head: Any) -> list[Any]:
+        rows, n = batch_length(batch), self.num_processes
+        per = rows // n
+        if last and not self._user_drop_last() and rows % n:
+            batch, per = concatenate([batch, head]), per + 1
+        return [
+            self.slice_fn(batch, slice(r * per, (r + 1) * per), process_index=r, num_processes=n)
+            for r in range(n)
+        ]
+
+
+class StatefulDataLoaderDispatcher(DataLoaderDispatcher, StatefulDataLoader):
+    """``DataLoaderDispatcher`` backed by torchdata's ``StatefulDataLoader``."""
+
+    def state_dict(self, steps: int | None = None) -> dict[str, Any]:
+        return DataLoaderDispatcher.state_dict(self, steps)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        DataLoaderDispatcher.load_state_dict(self, state_dict)
+
+
+def _check_group(topology: Topology) -> None:
+    if topology.num_processes > 1 and not is_distributed():
+        raise ValueError(
+            f"`dispatch_batches=True` with `num_processes={topology.num_processes}` needs a running "
+            "torch.distributed process group to send batches over. Call `torch.distributed.init_process_group` "
+            "first (Lightning's strategy does), or use `dispatch_batches=False`."
+        )

@@ -1,0 +1,296 @@
+"""``prepare_data_loader``: the single entry point that picks and builds the per-process loader."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Any
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset, RandomSampler
+
+from lightning_shard._checks import check_non_negative, check_split_batch_size
+from lightning_shard.batch_sampler_shard import BatchSamplerShard
+from lightning_shard.dispatcher import DataLoaderDispatcher
+from lightning_shard.distributed import DATA_PARALLEL_MESH_DIMS, Topology, resolve_topology
+from lightning_shard.iterable_shard import IterableDatasetShard
+from lightning_shard.loader_shard import DataLoaderShard
+from lightning_shard.options import ShardOptions
+from lightning_shard.resumable import Restore, ResumableLoaderMixin
+from lightning_shard.samplers import SeedableRandomSampler
+
+_REBUILT_BY_US = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
+
+
+def prepare_data_loader(
+    dataloader: DataLoader,
+    device: torch.device | str | None = None,
+    num_processes: int | None = None,
+    process_index: int | None = None,
+    split_batches: bool = False,
+    put_on_device: bool = False,
+    rng_types: list[str] | None = None,
+    dispatch_batches: bool | None = None,
+    even_batches: bool = True,
+    slice_fn_for_dispatch: Any = None,
+    use_seedable_sampler: bool = False,
+    data_seed: int | None = None,
+    non_blocking: bool = False,
+    use_stateful_dataloader: bool = False,
+    torch_device_mesh: Any = None,
+) -> DataLoaderShard | DataLoaderDispatcher:
+    """Wrap ``dataloader`` so this process yields only its part of every global batch.
+
+    ``num_processes`` / ``process_index`` default to the data-parallel size and rank of the running
+    process group (or of ``torch_device_mesh``). The other parameters are those of ``ShardOptions``.
+
+    Raises:
+        TypeError: if ``dataloader`` is not a ``DataLoader``.
+        ValueError: on any inconsistent option; the message names the parameter and the fix.
+    """
+    options = ShardOptions(
+        split_batches=split_batches,
+        even_batches=even_batches,
+        dispatch_batches=dispatch_batches,
+        put_on_device=put_on_device,
+        rng_types=None if rng_types is None else tuple(rng_types),
+        use_seedable_sampler=use_seedable_sampler,
+        data_seed=data_seed,
+        non_blocking=non_blocking,
+        use_stateful_dataloader=use_stateful_dataloader,
+        slice_fn_for_dispatch=slice_fn_for_dispatch,
+    )
+    topology = resolve_topology(num_processes, process_index, torch_device_mesh)
+    return prepare_with_options(dataloader, options, topology, device=device, device_mesh=torch_device_mesh)
+
+
+def prepare_with_options(
+    dataloader: DataLoader,
+    options: ShardOptions,
+    topology: Topology,
+    *,
+    device: torch.device | str | None = None,
+    device_mesh: Any = None,
+) -> DataLoaderShard | DataLoaderDispatcher:
+    """``prepare_data_loader`` for an already checked ``ShardOptions`` and topology."""
+    _check_loader(dataloader)
+    dispatch = _resolve_dispatch(dataloader, options)
+    if options.split_batches:
+        check_split_batch_size(_batch_size(dataloader), topology.num_processes, "dataloader")
+    if dispatch:
+        _check_dispatch_mesh(device_mesh)
+        return _build_dispatcher(dataloader, options, topology, device)
+    if isinstance(dataloader.dataset, IterableDataset):
+        return _build_iterable_shard(dataloader, options, topology, device)
+    return _build_map_shard(dataloader, options, topology, device)
+
+
+def _check_loader(dataloader: Any) -> None:
+    if not isinstance(dataloader, DataLoader):
+        raise TypeError(
+            f"`dataloader` must be a `torch.utils.data.DataLoader`, got {type(dataloader).__name__}. "
+            "Wrap your dataset first: `DataLoader(dataset, batch_size=...)`."
+        )
+    if isinstance(dataloader, ResumableLoaderMixin):
+        raise ValueError(
+            f"`dataloader` is already prepared ({type(dataloader).__name__}); preparing it again would "
+            "shard it twice. Pass the original `DataLoader`."
+        )
+    sampler = _index_sampler(dataloader)
+    if isinstance(sampler, DistributedSampler) or hasattr(sampler, "num_replicas"):
+        raise ValueError(
+            f"`dataloader` already shards by rank: its sampler is a {type(sampler).__name__}. Sharding it "
+            "again would give each process a fraction of its share. Use a plain sampler (e.g. "
+            "`shuffle=True`), or with Lightning keep `use_distributed_sampler` off for this loader."
+        )
+
+
+def _resolve_dispatch(dataloader: DataLoader, options: ShardOptions) -> bool:
+    if options.dispatch_batches is not None:
+        return options.dispatch_batches
+    return options.put_on_device and isinstance(dataloader.dataset, IterableDataset)
+
+
+def _check_dispatch_mesh(device_mesh: Any) -> None:
+    if device_mesh is None:
+        return
+    others = [n for n in device_mesh.mesh_dim_names or () if n not in DATA_PARALLEL_MESH_DIMS]
+    if any(device_mesh[name].size() > 1 for name in others):
+        raise ValueError(
+            f"`dispatch_batches=True` with a `torch_device_mesh` that has non-data-parallel dimensions {others} "
+            "is not supported. Use `dispatch_batches=False` (each rank loads its own batches)."
+        )
+
+
+def _batch_size(dataloader: DataLoader) -> int | None:
+    if dataloader.batch_size is not None:
+        return dataloader.batch_size
+    return getattr(_batch_sampler(dataloader), "batch_size", None)
+
+
+def _batch_sampler(dataloader: DataLoader) -> Any:
+    """The user's batch sampler (also when it was passed as ``sampler`` with ``batch_size=None``)."""
+    if isinstance(dataloader.sampler, BatchSampler):
+        return dataloader.sampler
+    return dataloader.batch_sampler
+
+
+def _index_sampler(dataloader: DataLoader) -> Any:
+    return getattr(_batch_sampler(dataloader), "sampler", None)
+
+
+def loader_kwargs(dataloader: DataLoader) -> dict[str, Any]:
+    """The user's ``DataLoader`` settings we keep as they are (workers, collate, pinning, ...)."""
+    parameters = inspect.signature(DataLoader.__init__).parameters
+    return {
+        name: getattr(dataloader, name, parameter.default)
+        for name, parameter in parameters.items()
+        if name != "self" and name not in _REBUILT_BY_US and parameter.kind is parameter.POSITIONAL_OR_KEYWORD
+    }
+
+
+def _with_own_generator(sampler: RandomSampler, options: ShardOptions) -> RandomSampler:
+    """A copy of ``sampler`` whose order is recorded (a generator) and, if asked, seedable."""
+    if options.use_seedable_sampler:
+        return SeedableRandomSampler(
+            sampler.data_source,
+            replacement=sampler.replacement,
+            num_samples=sampler._num_samples,  # NOTE: the constructor argument, None meaning len(data)
+            generator=sampler.generator,
+            data_seed=options.data_seed,
+        )
+    if sampler.generator is not None:
+        return sampler
+    # NOTE: drawn from the global RNG exactly as the reference does, so seeded runs agree with it.
+    seed = int(torch.empty((), dtype=torch.int64).random_().item())
+    return RandomSampler(
+        sampler.data_source,
+        replacement=sampler.replacement,
+        num_samples=sampler._num_samples,
+        generator=torch.Generator().manual_seed(seed),
+    )
+
+
+def _rebuilt_batch_sampler(batch_sampler: Any, options: ShardOptions) -> Any:
+    """The user's batch sampler, with a recorded random order; the user's objects are not mutated."""
+    sampler = getattr(batch_sampler, "sampler", None)
+    if type(batch_sampler) is not BatchSampler or not isinstance(sampler, RandomSampler):
+        return batch_sampler
+    if isinstance(sampler, SeedableRandomSampler):
+        return batch_sampler
+    return BatchSampler(
+        _with_own_generator(sampler, options), batch_sampler.batch_size, batch_sampler.drop_last
+    )
+
+
+def _build_map_shard(
+    dataloader: DataLoader, options: ShardOptions, topology: Topology, device: Any
+) -> DataLoaderShard:
+    user_batch_sampler = _batch_sampler(dataloader)
+    batch_sampler = _rebuilt_batch_sampler(user_batch_sampler, options)
+    generator = getattr(getattr(batch_sampler, "sampler", None), "generator", None)
+    shard = BatchSamplerShard(
+        batch_sampler,
+        num_processes=topology.num_processes,
+        process_index=topology.process_index,
+        split_batches=options.split_batches,
+        # NOTE: one process never pads, as the reference (which does not shard then) does not.
+        even_batches=options.even_batches and topology.num_processes > 1,
+    )
+    index_source: dict[str, Any] = (
+        {"sampler": shard, "batch_size": None}
+        if user_batch_sampler is dataloader.sampler
+        else {"batch_sampler": shard}
+    )
+    return DataLoaderShard(
+        dataloader.dataset,
+        device=device if options.put_on_device else None,
+        rng_types=_usable_rng_types(options, generator),
+        synchronized_generator=generator,
+        use_stateful_dataloader=options.use_stateful_dataloader,
+        non_blocking=options.non_blocking,
+        **index_source,
+        **loader_kwargs(dataloader),
+    )
+
+
+def _usable_rng_types(options: ShardOptions, generator: torch.Generator | None) -> list[str] | None:
+    """``rng_types`` less ``"generator"`` when there is none to synchronise (as the reference)."""
+    if options.rng_types is None:
+        return None
+    return [name for name in options.rng_types if name != "generator" or generator is not None]
+
+
+def _build_iterable_shard(
+    dataloader: DataLoader, options: ShardOptions, topology: Topology, device: Any
+) -> DataLoaderShard:
+    batch_size = dataloader.batch_size or 1
+    dataset = IterableDatasetShard(
+        dataloader.dataset,
+        batch_size=batch_size,
+        drop_last=dataloader.drop_last,
+        num_processes=topology.num_processes,
+        process_index=topology.process_index,
+        split_batches=options.split_batches,
+        even_batches=topology.num_processes > 1,
+    )
+    generator = getattr(dataloader.dataset, "generator", None)
+    generator = generator if isinstance(generator, torch.Generator) else None
+    per_process = batch_size // topology.num_processes if options.split_batches else batch_size
+    return DataLoaderShard(
+        dataset,
+        device=device if options.put_on_device else None,
+        rng_types=_usable_rng_types(options, generator),
+        synchronized_generator=generator,
+        use_stateful_dataloader=options.use_stateful_dataloader,
+        non_blocking=options.non_blocking,
+        batch_size=per_process if dataloader.batch_size is not None else None,
+        drop_last=dataloader.drop_last,
+        **loader_kwargs(dataloader),
+    )
+
+
+def _build_dispatcher(
+    dataloader: DataLoader, options: ShardOptions, topology: Topology, device: Any
+) -> DataLoaderDispatcher:
+    kwargs = loader_kwargs(dataloader)
+    kwargs.pop("generator", None)
+    if isinstance(dataloader.dataset, IterableDataset):
+        kwargs.update(batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
+    else:
+        user_batch_sampler = _batch_sampler(dataloader)
+        batch_sampler = _rebuilt_batch_sampler(user_batch_sampler, options)
+        # NOTE: a one-process shard is the batch sampler itself, plus arithmetic skipping on resume.
+        kwargs["batch_sampler"] = BatchSamplerShard(batch_sampler, even_batches=False)
+    return DataLoaderDispatcher(
+        dataloader.dataset,
+        device=device,
+        split_batches=options.split_batches,
+        num_processes=topology.num_processes,
+        process_index=topology.process_index,
+        slice_fn=options.slice_fn_for_dispatch,
+        non_blocking=options.non_blocking,
+        use_stateful_dataloader=options.use_stateful_dataloader,
+        **kwargs,
+    )
+
+
+def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoader:
+    """A loader that skips the first ``num_batches`` of its current epoch, by index only.
+
+    For a prepared loader, a copy that keeps every setting (device, ``non_blocking``, ``drop_last``,
+    ``rng_types``, epoch); the skip applies to the current epoch only. A plain ``DataLoader`` becomes a
+    one-process ``DataLoaderShard`` with the same settings.
+
+    Raises:
+        TypeError / ValueError: if ``dataloader`` is not a ``DataLoader`` or ``num_batches < 0``.
+    """
+    check_non_negative("num_batches", num_batches)
+    if isinstance(dataloader, ResumableLoaderMixin):
+        skipped = copy.copy(dataloader)
+        skipped._pending = Restore(dataloader.epoch, num_batches, 0)
+        return skipped
+    _check_loader(dataloader)
+    loader = prepare_with_options(dataloader, ShardOptions(), Topology(1, 0))
+    loader._pending = Restore(None, num_batches, 0)
+    return loader

@@ -1,0 +1,182 @@
+"""What both loaders share: epochs, RNG synchronisation, per-loader iteration state and resumption.
+
+All iteration state lives on the loader instance (SPEC D2): ``end_of_dataloader``, ``remainder`` and
+the position in the epoch. ``state_dict`` describes the epoch globally (SPEC D4), so it is the same on
+every process and loads on any number of processes (SPEC D5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lightning_shard.state import LoaderState, decode_generator_state, encode_generator_state
+
+
+@dataclass(frozen=True)
+class Restore:
+    """A position recorded by ``load_state_dict``, applied by the next ``__iter__``."""
+
+    epoch: int | None
+    start: int
+    base: int
+    generator_state: str | None = None
+
+
+@dataclass(frozen=True)
+class ShardingInfo:
+    """The sharding a loader applies, as recorded in and checked against saved state."""
+
+    mode: str
+    num_processes: int
+    split_batches: bool
+    even_batches: bool
+    drop_last: bool
+    batch_size: int | None
+    dataset_length: int | None
+    step_size: int
+    """Units of ``base`` consumed per step by all processes together."""
+
+
+class ResumableLoaderMixin:
+    """Epoch, position and state handling shared by ``DataLoaderShard`` and ``DataLoaderDispatcher``."""
+
+    end_of_dataloader: bool
+    remainder: int
+    _steps: int
+    _base: int
+    _epoch: int
+    _pending: Restore | None
+    _epoch_generator_state: str | None
+
+    def _init_position(self, skip_batches: int) -> None:
+        self.end_of_dataloader = False
+        self.remainder = -1
+        self._steps = 0
+        self._base = 0
+        self._epoch = 0
+        self._pending = Restore(None, skip_batches, 0) if skip_batches else None
+        self._epoch_generator_state = None
+
+    # -- to be provided by the loader -------------------------------------------------------------
+    def _sharding(self) -> ShardingInfo:
+        raise NotImplementedError
+
+    def _sampler_generator(self) -> torch.Generator | None:
+        raise NotImplementedError
+
+    def _forward_epoch(self, epoch: int) -> None:
+        raise NotImplementedError
+
+    def _seek(self, start: int, base: int) -> None:
+        raise NotImplementedError
+
+    # -- epochs -----------------------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        """The epoch the next (or current) iteration covers."""
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select ``epoch``; it reaches the sampler, the batch sampler and every wrapper in between."""
+        self._epoch = epoch
+        self._forward_epoch(epoch)
+
+    # -- iteration bookkeeping --------------------------------------------------------------------
+    def _begin_epoch(self) -> None:
+        """Apply a pending restore (or rewind), then remember the generator state of the epoch."""
+        restore, self._pending = self._pending, None
+        self.end_of_dataloader = False
+        epoch = self._epoch if restore is None or restore.epoch is None else restore.epoch
+        self.set_epoch(epoch)
+        generator = self._sampler_generator()
+        if restore is not None and restore.generator_state is not None and generator is not None:
+            generator.set_state(decode_generator_state(restore.generator_state))
+        self._epoch_generator_state = encode_generator_state(generator)
+        start, base = (restore.start, restore.base) if restore is not None else (0, 0)
+        self._steps, self._base = start, base
+        self._seek(start, base)
+        self.remainder = self._compute_remainder()
+
+    def _finish_epoch(self) -> None:
+        self._steps, self._base = 0, 0
+        self.set_epoch(self._epoch + 1)
+
+    def _compute_remainder(self) -> int:
+        info = self._sharding()
+        if info.drop_last or info.dataset_length is None:
+            return -1
+        return info.dataset_length % self.total_batch_size
+
+    @property
+    def total_batch_size(self) -> int:
+        """Samples per step across all processes (``B * N``, or ``B`` with ``split_batches``)."""
+        info = self._sharding()
+        batch_size = info.batch_size or 0
+        return batch_size if info.split_batches else batch_size * info.num_processes
+
+    @property
+    def total_dataset_length(self) -> int | None:
+        """``len`` of the user's dataset across all processes, ``None`` when it has none."""
+        return self._sharding().dataset_length
+
+    # -- state ------------------------------------------------------------------------------------
+    def state_dict(self, steps: int | None = None) -> dict[str, Any]:
+        """The loader's position as plain data, the same on every process.
+
+        Args:
+            steps: batches consumed in this epoch, when the caller fetches ahead of what it consumed
+                (Lightning does); defaults to the batches this loader has yielded.
+        """
+        info = self._sharding()
+        steps = self._steps if steps is None else steps
+        state = LoaderState(
+            mode=info.mode,
+            epoch=self._epoch,
+            steps=steps,
+            base=self._base,
+            consumed=self._base + steps * info.step_size,
+            num_processes=info.num_processes,
+            split_batches=info.split_batches,
+            even_batches=info.even_batches,
+            drop_last=info.drop_last,
+            batch_size=info.batch_size,
+            dataset_length=info.dataset_length,
+            generator_state=self._epoch_generator_state,
+        )
+        return state.to_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue, at the next ``iter()``, exactly where the run that saved ``state_dict`` stopped.
+
+        Raises:
+            ValueError: if the state is malformed or from another version, dataset length, batch size
+                or ``split_batches`` setting.
+        """
+        saved = LoaderState.from_dict(state_dict)
+        info = self._sharding()
+        _check_compatible(saved, info)
+        if saved.num_processes == info.num_processes:
+            self._pending = Restore(saved.epoch, saved.steps, saved.base, saved.generator_state)
+        else:
+            self._pending = Restore(saved.epoch, 0, saved.consumed, saved.generator_state)
+        self._epoch = saved.epoch
+
+
+def _check_compatible(saved: LoaderState, info: ShardingInfo) -> None:
+    for name, here in (
+        ("mode", info.mode),
+        ("dataset_length", info.dataset_length),
+        ("batch_size", info.batch_size),
+        ("split_batches", info.split_batches),
+        ("drop_last", info.drop_last),
+    ):
+        there = getattr(saved, name)
+        if there != here:
+            raise ValueError(
+                f"`state_dict` was saved with `{name}={there!r}`, but this loader has `{name}={here!r}`. "
+                f"Load it into a loader built the same way (same dataset, batch size and flags), "
+                "or start the epoch afresh."
+            )

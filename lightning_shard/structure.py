@@ -1,0 +1,132 @@
+"""Nested batches for dispatch: flatten to leaves, concatenate, slice, and rebuild.
+
+A batch is a tree of dicts, lists, tuples and namedtuples. Its leaves are tensors (batch dimension 0),
+*sequences* (lists of plain values such as strings, which collate produces for non-tensor fields;
+also indexed along the batch) and constants (anything else, passed through unchanged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+_SCALARS = (str, bytes, int, float, bool, type(None))
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of a batch's structure; ``kind`` is dict, list, tuple, namedtuple, tensor, seq or const."""
+
+    kind: str
+    container: type | None = None
+    keys: tuple[Any, ...] = ()
+    children: tuple[Node, ...] = ()
+    value: Any = None
+
+
+def _is_sequence_leaf(value: Any) -> bool:
+    return isinstance(value, list) and len(value) > 0 and all(isinstance(item, _SCALARS) for item in value)
+
+
+def flatten(batch: Any) -> tuple[Node, list[Any]]:
+    """Split ``batch`` into its structure and its tensor / sequence leaves, in a fixed order."""
+    leaves: list[Any] = []
+    return _flatten(batch, leaves), leaves
+
+
+def _flatten(value: Any, leaves: list[Any]) -> Node:
+    if isinstance(value, torch.Tensor) or _is_sequence_leaf(value):
+        leaves.append(value)
+        return Node("tensor" if isinstance(value, torch.Tensor) else "seq")
+    if isinstance(value, Mapping):
+        keys = tuple(value.keys())
+        return Node("dict", type(value), keys, tuple(_flatten(value[key], leaves) for key in keys))
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return Node("namedtuple", type(value), (), tuple(_flatten(item, leaves) for item in value))
+    if isinstance(value, (list, tuple)):
+        return Node(
+            type(value).__name__ if type(value) in (list, tuple) else "list",
+            type(value),
+            (),
+            tuple(_flatten(item, leaves) for item in value),
+        )
+    return Node("const", value=value)
+
+
+def unflatten(node: Node, leaves: list[Any]) -> Any:
+    """Rebuild a batch from ``flatten``'s output (``leaves`` is consumed in order)."""
+    return _unflatten(node, iter(leaves))
+
+
+def _unflatten(node: Node, leaves: Any) -> Any:
+    if node.kind in ("tensor", "seq"):
+        return next(leaves)
+    if node.kind == "const":
+        return node.value
+    children = [_unflatten(child, leaves) for child in node.children]
+    assert node.container is not None
+    if node.kind == "dict":
+        mapping = dict(zip(node.keys, children, strict=True))
+        return mapping if node.container is dict else _rebuild_mapping(node.container, mapping)
+    if node.kind == "namedtuple":
+        return node.container(*children)
+    return node.container(children)
+
+
+def _rebuild_mapping(container: type, mapping: dict[Any, Any]) -> Any:
+    try:
+        return container(mapping)
+    except TypeError:
+        return mapping
+
+
+def concatenate(batches: list[Any]) -> Any:
+    """Join batches of the same structure along the batch dimension.
+
+    Raises:
+        ValueError: when their structures differ or their tensors cannot be concatenated.
+    """
+    flat = [flatten(batch) for batch in batches]
+    node = flat[0][0]
+    if any(other != node for other, _ in flat[1:]):
+        raise ValueError(_CANNOT_CONCAT + " Their structures differ.")
+    joined = [_join([leaves[i] for _, leaves in flat]) for i in range(len(flat[0][1]))]
+    return unflatten(node, joined)
+
+
+_CANNOT_CONCAT = (
+    "`dispatch_batches=True` needs the batches of the user's loader to be concatenable along dimension 0, "
+    "but these cannot be. Pass `split_batches=True` (process 0 then splits one batch instead of joining "
+    "several), or `dispatch_batches=False`, or collate to tensors of equal trailing shapes."
+)
+
+
+def _join(leaves: list[Any]) -> Any:
+    if isinstance(leaves[0], torch.Tensor):
+        try:
+            return torch.cat(leaves, dim=0)
+        except (RuntimeError, TypeError) as error:
+            shapes = [tuple(leaf.shape) for leaf in leaves]
+            raise ValueError(f"{_CANNOT_CONCAT} Tensor shapes: {shapes}.") from error
+    return [item for leaf in leaves for item in leaf]
+
+
+def slice_batch(
+    batch: Any, index: slice, process_index: int | None = None, num_processes: int | None = None
+) -> Any:
+    """``batch`` restricted to ``index`` along the batch dimension (constants unchanged)."""
+    node, leaves = flatten(batch)
+    return unflatten(node, [leaf[index] for leaf in leaves])
+
+
+def batch_length(batch: Any) -> int:
+    """The batch dimension: the first tensor's ``shape[0]`` (or first sequence's length), else 0."""
+    for leaf in flatten(batch)[1]:
+        return int(leaf.shape[0]) if isinstance(leaf, torch.Tensor) and leaf.dim() else len(leaf)
+    return 0
+
+
+SliceFn = Callable[..., Any]
