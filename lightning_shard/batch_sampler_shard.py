@@ -127,8 +127,9 @@ class BatchSamplerShard(BatchSampler):
         layout: ShardLayout, draw: Any, finish: Any, start: int, consumed: int
     ) -> Iterator[list[int]]:
         order = draw()
-        offset = min(consumed * layout.batch_size, order.numel())
-        yield from layout.skip(offset).iter_batches(order[offset:], start)
+        offset = min(consumed * layout.batch_size, layout.length)
+        rest = None if order is None else order[offset:]
+        yield from layout.skip(offset).iter_batches(rest, start, offset=offset if order is None else 0)
         finish()
 
     def _iter_generic(self, source: Iterable[Any] | None = None) -> Iterator[list[int]]:

@@ -41,14 +41,20 @@ class ShardLayout:
         span = self.batch_size if self.split_batches else self.batch_size * self.num_processes
         return min(span, self.length)
 
-    def main_rows(self, order: torch.Tensor) -> torch.Tensor:
-        """This process's full batches that need no padding, as a ``(rows, width)`` view."""
-        n, b = self.num_processes, self.batch_size
+    def row_geometry(self) -> tuple[int, int, int, int]:
+        """``(rows, first, stride, width)``: row ``k`` of the unpadded batches is
+        ``order[first + k * stride : first + k * stride + width]``."""
+        n, b, r = self.num_processes, self.batch_size, self.process_index
         full = self.length // b
         if self.split_batches:
-            return order[: full * b].view(full, n, b // n)[:, self.process_index, :]
-        rounds = full // n
-        return order[: rounds * n * b].view(rounds, n, b)[:, self.process_index, :]
+            return full, r * (b // n), b, b // n
+        return full // n, r * b, n * b, b
+
+    def main_rows(self, order: torch.Tensor) -> torch.Tensor:
+        """This process's full batches that need no padding, as a ``(rows, width)`` view."""
+        rows, first, stride, width = self.row_geometry()
+        groups = order[: rows * stride].view(rows, stride)
+        return groups[:, first : first + width]
 
     def tail_span(self) -> tuple[int, int] | None:
         """Positions ``[start, stop)`` in the padded epoch of this process's last batch, if any."""
@@ -66,15 +72,13 @@ class ShardLayout:
             stop = min(stop, length)
         return (start, stop) if start < stop else None
 
-    def tail(self, order: torch.Tensor) -> torch.Tensor | None:
-        """This process's last batch, padded from the start of the epoch when ``even_batches``."""
+    def tail_positions(self) -> list[int] | None:
+        """Positions in the epoch order of this process's last batch, padded from the epoch's start."""
         span = self.tail_span()
         if span is None:
             return None
-        positions = torch.arange(*span)
-        beyond = positions >= self.length
-        positions[beyond] = (positions[beyond] - self.length) % self._head_length()
-        return order[positions]
+        head = self._head_length()
+        return [p if p < self.length else (p - self.length) % head for p in range(*span)]
 
     def num_batches(self) -> int:
         """Exactly how many batches this process yields in the epoch."""
@@ -83,18 +87,34 @@ class ShardLayout:
         rows = full if self.split_batches else full // n
         return rows + (self.tail_span() is not None)
 
-    def iter_batches(self, order: torch.Tensor, start: int = 0) -> Iterator[list[int]]:
-        """Yield this process's batches from batch ``start`` on, as lists of ints."""
-        rows = self.main_rows(order)
-        for first in range(start, rows.shape[0], _CHUNK_ROWS):
-            yield from rows[first : first + _CHUNK_ROWS].tolist()
-        tail = self.tail(order)
-        if tail is not None and start <= rows.shape[0]:
-            yield tail.tolist()
+    def iter_batches(
+        self, order: torch.Tensor | None, start: int = 0, offset: int = 0
+    ) -> Iterator[list[int]]:
+        """Yield this process's batches from batch ``start`` on, as lists of ints.
+
+        ``order`` is the epoch's order; ``None`` means the identity shifted by ``offset`` (a sequential
+        sampler), computed with ranges instead of tensors.
+        """
+        rows = self.row_geometry()[0]
+        if order is None:
+            yield from self._identity_rows(start, offset)
+        else:
+            main = self.main_rows(order)
+            for first in range(start, rows, _CHUNK_ROWS):
+                yield from main[first : first + _CHUNK_ROWS].tolist()
+        tail = self.tail_positions()
+        if tail is not None and start <= rows:
+            yield [offset + p for p in tail] if order is None else order[tail].tolist()
+
+    def _identity_rows(self, start: int, offset: int) -> Iterator[list[int]]:
+        rows, first, stride, width = self.row_geometry()
+        for begin in range(offset + first + start * stride, offset + first + rows * stride, stride):
+            yield list(range(begin, begin + width))
 
 
-def _sequential_order(sampler: SequentialSampler) -> Callable[[], torch.Tensor]:
-    return lambda: torch.arange(len(sampler.data_source))  # type: ignore[arg-type]
+def _identity_order() -> None:
+    """A sequential sampler's order is the identity: no tensor is needed."""
+    return None
 
 
 def _random_order(sampler: RandomSampler) -> Callable[[], torch.Tensor]:
@@ -129,7 +149,7 @@ def _finish_random(sampler: RandomSampler) -> Callable[[], None]:
 class EpochOrder:
     """How to draw an epoch's order for a sampler with a fast path, and how to finish the epoch."""
 
-    draw: Callable[[], torch.Tensor]
+    draw: Callable[[], torch.Tensor | None]
     finish: Callable[[], None]
 
 
@@ -139,7 +159,7 @@ def fast_epoch_order(batch_sampler: object) -> EpochOrder | None:
         return None
     sampler: Any = batch_sampler.sampler
     if type(sampler) is SequentialSampler:
-        return EpochOrder(_sequential_order(sampler), lambda: None)
+        return EpochOrder(_identity_order, lambda: None)
     if type(sampler) in (RandomSampler, SeedableRandomSampler):
         if sampler.replacement or sampler.num_samples != len(sampler.data_source):
             return None
