@@ -6,12 +6,14 @@ from collections.abc import Iterator, Sized
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, SequentialSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lightning_shard._checks import check_non_negative
 from lightning_shard.cursor import EpochCursor
 from lightning_shard.device import send_to_device
+from lightning_shard.distributed import all_gather_objects, communication_device, is_distributed
 from lightning_shard.epochs import forward_epoch
 from lightning_shard.iterable_shard import IterableDatasetShard
 from lightning_shard.resumable import ResumableLoaderMixin, ShardingInfo
@@ -138,15 +140,24 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
 
     def _look_ahead(self, batches: Iterator[Any]) -> Iterator[Any]:
         """Yield batches one behind the DataLoader, so the last one is known to be the last."""
-        current = next(batches, _END)
+        agree = _streams_must_agree(self.dataset)
+        current = self._fetch(batches, agree, self._steps)
         while current is not _END:
             current = send_to_device(current, self.device, self.non_blocking)
-            following = next(batches, _END)
+            following = self._fetch(batches, agree, self._steps + 1)
             self.end_of_dataloader = following is _END
             self._steps += 1
             yield current
             current = following
         self._finish_epoch()
+
+    @staticmethod
+    def _fetch(batches: Iterator[Any], agree: bool, position: int) -> Any:
+        """Batch ``position`` of the epoch, or ``_END``; with ``agree``, checked to end everywhere at once."""
+        batch = next(batches, _END)
+        if agree:
+            _agree_on_end(batch is _END, position)
+        return batch
 
 
 class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
@@ -164,6 +175,39 @@ class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
 
 
 _END = object()
+
+
+def _streams_must_agree(dataset: Any) -> bool:
+    """Whether this iterable shard's processes must check, batch by batch, that they end together.
+
+    NOTE (SPEC D6): every process reads the whole stream, so all end together exactly when the
+    stream is the same on every process. One one-element all-reduce per batch checks that before any
+    process takes a step the others will not take; a check at the end of the epoch would come after
+    such a step, and pair with a collective of it (gloo aborts on that mismatch). Only when the
+    process group is the data-parallel group, so that every member iterates this loader.
+    """
+    return (
+        isinstance(dataset, IterableDatasetShard)
+        and dataset.num_processes > 1
+        and is_distributed()
+        and dist.get_world_size() == dataset.num_processes
+    )
+
+
+def _agree_on_end(ended: bool, position: int) -> None:
+    """Raise on every process at once if the stream ended on some processes but not on others."""
+    flag = torch.tensor([int(ended)], dtype=torch.int64, device=communication_device())
+    dist.all_reduce(flag)
+    count, world = int(flag.item()), dist.get_world_size()
+    if 0 < count < world:
+        ended_on = [rank for rank, done in enumerate(all_gather_objects(ended)) if done]
+        raise RuntimeError(
+            f"The iterable dataset ran out on processes {ended_on} of {world} after {position} batches, but "
+            "not on the others: it yields different elements on different processes. Every process "
+            "reads the whole stream and keeps its own slice, so make the dataset yield the same stream "
+            "on every process (do not split it by rank yourself), or shard it yourself and use a plain "
+            "`DataLoader` without `prepare_data_loader`."
+        )
 
 
 def _length(dataset: Any) -> int | None:
