@@ -61,12 +61,12 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str, str, str]] = [
     (
         "shard-num-processes-zero",
         lambda: BatchSamplerShard(batches(), num_processes=0),
-        ValueError, "num_processes", "0", "Pass the number of data-parallel processes",
+        ValueError, "num_processes", "0", "e.g. `num_processes=2`",
     ),
     (
         "shard-num-processes-negative",
         lambda: BatchSamplerShard(batches(), num_processes=-2),
-        ValueError, "num_processes", "-2", "Pass the number of data-parallel processes",
+        ValueError, "num_processes", "-2", "e.g. `num_processes=2`",
     ),
     (
         "shard-num-processes-float",
@@ -119,6 +119,21 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str, str, str]] = [
         ValueError, "skip_batches", "-1", "Pass 0 to skip nothing",
     ),
     (
+        "skip-batches-float",
+        lambda: SkipBatchSampler(batches(), skip_batches=1.5),
+        TypeError, "skip_batches", "1.5", "`skip_batches=0`",
+    ),
+    (
+        "iterable-batch-size-negative",
+        lambda: IterableDatasetShard(Stream(), batch_size=-3),
+        ValueError, "batch_size", "-3", "Pass the number of samples per batch",
+    ),
+    (
+        "iterable-batch-size-float",
+        lambda: IterableDatasetShard(Stream(), batch_size=2.5),
+        TypeError, "batch_size", "2.5", "Pass the number of samples per batch",
+    ),
+    (
         "data-seed-str",
         lambda: SeedableRandomSampler(range(10), data_seed="42"),
         TypeError, "data_seed", "'42'", "`data_seed=1234`",
@@ -139,45 +154,8 @@ def test_bad_input_is_refused_at_construction_with_a_helpful_message(
     assert_names(raised(build, error), parameter, value, fix)
 
 
-# Messages that name the parameter and the value but propose no fix, or a wrong one. NOTE: known
-# defects of `lightning_shard/_checks.py`; strict, so a fixed message turns these into failures to remove.
-MISSING_FIX: list[tuple[str, Callable[[], Any], type[Exception], str, str, str]] = [
-    (
-        "skip-batches-float",
-        lambda: SkipBatchSampler(batches(), skip_batches=1.5),
-        TypeError, "skip_batches", "1.5", "Pass",
-    ),
-    (
-        "iterable-batch-size-negative",
-        # NOTE: the message says "Pass 0 to skip nothing", which is the `skip_batches` fix.
-        lambda: IterableDatasetShard(Stream(), batch_size=-3),
-        ValueError, "batch_size", "-3", "samples per batch",
-    ),
-    (
-        "iterable-batch-size-float",
-        lambda: IterableDatasetShard(Stream(), batch_size=2.5),
-        TypeError, "batch_size", "2.5", "samples per batch",
-    ),
-    (
-        "shard-num-processes-zero-fix-is-valid",
-        # NOTE: the message suggests leaving `num_processes` as `None`, which these classes refuse.
-        lambda: BatchSamplerShard(batches(), num_processes=0),
-        ValueError, "num_processes", "0", "e.g. `num_processes=2`",
-    ),
-]
-
-
-@pytest.mark.xfail(strict=True, reason="message lacks a (correct) fix; see lightning_shard/_checks.py")
-@pytest.mark.parametrize(("build", "error", "parameter", "value", "fix"), [c[1:] for c in MISSING_FIX],
-                         ids=[c[0] for c in MISSING_FIX])
-def test_known_messages_without_a_fix(
-    build: Callable[[], Any], error: type[Exception], parameter: str, value: str, fix: str
-) -> None:
-    assert_names(raised(build, error), parameter, value, fix)
-
-
-def test_leaving_num_processes_as_none_is_refused() -> None:
-    """What the `num_processes < 1` message suggests is not accepted by the samplers themselves."""
+def test_num_processes_none_is_refused_by_the_samplers() -> None:
+    """Only `prepare_data_loader` reads `None` from torch.distributed; the samplers need a number."""
     message = raised(lambda: BatchSamplerShard(batches(), num_processes=None), TypeError)
     assert_names(message, "num_processes", "None", "`num_processes=2`")
 
