@@ -14,8 +14,9 @@ def check_num_processes(num_processes: Any) -> int:
         )
     if num_processes < 1:
         raise ValueError(
-            f"`num_processes` must be at least 1, got {num_processes}. "
-            "Pass the number of data-parallel processes, or leave it as `None` to read it from torch.distributed."
+            f"`num_processes` must be at least 1, got {num_processes}. Pass the number of data-parallel "
+            "processes, e.g. `num_processes=2` (`prepare_data_loader` also takes `None`: the size of the "
+            "running torch.distributed group)."
         )
     return num_processes
 
@@ -54,11 +55,33 @@ def check_split_batch_size(batch_size: int | None, num_processes: int, where: st
 
 
 def check_non_negative(name: str, value: Any) -> int:
-    """Return ``value`` if it is a non-negative integer; ``name`` is the parameter it came from."""
+    """Return ``value`` if it is a non-negative integer; ``name`` is the (skip) parameter it came from."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"`{name}` must be a non-negative integer, got {value!r} ({type(value).__name__}).")
+        raise TypeError(
+            f"`{name}` must be a non-negative integer, got {value!r} ({type(value).__name__}). "
+            f"Pass a whole number, e.g. `{name}=0` to skip nothing."
+        )
     if value < 0:
         raise ValueError(f"`{name}` must be a non-negative integer, got {value}. Pass 0 to skip nothing.")
+    return value
+
+
+def check_positive(name: str, value: Any, fix: str) -> int:
+    """Return ``value`` if it is an integer of at least 1; ``fix`` says what to pass instead."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"`{name}` must be a positive integer, got {value!r} ({type(value).__name__}). {fix}")
+    if value < 1:
+        raise ValueError(f"`{name}` must be at least 1, got {value}. {fix}")
+    return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """Return ``value`` if it is a bool: a string such as ``"false"`` would silently mean ``True``."""
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"`{name}` must be True or False, got {value!r} ({type(value).__name__}). "
+            f"Pass `{name}=True` or `{name}=False`."
+        )
     return value
 
 

@@ -11,6 +11,7 @@ from torch.utils.data import IterableDataset
 from lightning_shard._checks import (
     check_non_negative,
     check_num_processes,
+    check_positive,
     check_process_index,
     check_split_batch_size,
 )
@@ -53,8 +54,7 @@ class IterableDatasetShard(IterableDataset):
     ) -> None:
         self.num_processes = check_num_processes(num_processes)
         self.process_index = check_process_index(process_index, self.num_processes)
-        if check_non_negative("batch_size", batch_size) == 0:
-            raise ValueError("`batch_size` must be at least 1, got 0. Pass the number of samples per batch.")
+        check_positive("batch_size", batch_size, "Pass the number of samples per batch, e.g. `batch_size=8`.")
         if split_batches:
             check_split_batch_size(batch_size, self.num_processes, "iterable dataset")
         self.dataset = dataset

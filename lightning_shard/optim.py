@@ -15,7 +15,7 @@ import torch
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
-from lightning_shard._checks import check_num_processes
+from lightning_shard._checks import check_bool, check_num_processes
 
 __all__ = ["ShardOptimizer", "ShardScheduler"]
 
@@ -58,7 +58,7 @@ class ShardOptimizer(Optimizer):
         # NOTE: no `super().__init__()`: the base class would create a second, empty set of
         # `param_groups`, `state` and hooks; everything is the inner optimizer's instead.
         self.optimizer = _check_optimizer(optimizer)
-        self.device_placement = _check_bool("device_placement", device_placement)
+        self.device_placement = check_bool("device_placement", device_placement)
         self.scaler = _check_scaler(scaler)
         self._step_was_skipped = False
 
@@ -195,8 +195,8 @@ class ShardScheduler:
         split_batches: bool = False,
         num_processes: int | None = None,
     ) -> None:
-        self.step_with_optimizer = _check_bool("step_with_optimizer", step_with_optimizer)
-        self.split_batches = _check_bool("split_batches", split_batches)
+        self.step_with_optimizer = check_bool("step_with_optimizer", step_with_optimizer)
+        self.split_batches = check_bool("split_batches", split_batches)
         self.scheduler = _check_scheduler(scheduler, self.step_with_optimizer)
         self.optimizers = _optimizer_list(optimizers)
         self.num_processes = check_num_processes(
@@ -323,12 +323,6 @@ def _check_scaler(scaler: Any) -> torch.amp.GradScaler | None:
             'Pass e.g. `scaler=torch.amp.GradScaler("cuda")`, or `scaler=None` without mixed precision.'
         )
     return scaler
-
-
-def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"`{name}` must be True or False, got {value!r} ({type(value).__name__}).")
-    return value
 
 
 def _check_scheduler(scheduler: Any, step_with_optimizer: bool) -> Any:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from lightning_shard._checks import check_seed
+from lightning_shard._checks import check_bool, check_seed
 from lightning_shard.rng import RNG_TYPES
 
 
@@ -30,7 +31,8 @@ class ShardOptions:
 
     Raises:
         ValueError / TypeError: on ``dispatch_batches=True`` without ``put_on_device``, an unknown
-            ``rng_types`` entry, or a non-integer ``data_seed``.
+            ``rng_types`` entry, a non-integer ``data_seed``, a flag that is not a bool, or a
+            ``slice_fn_for_dispatch`` that is not callable.
     """
 
     split_batches: bool = False
@@ -45,6 +47,15 @@ class ShardOptions:
     slice_fn_for_dispatch: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
+        for name in _FLAGS:
+            check_bool(name, getattr(self, name))
+        if self.dispatch_batches is not None:
+            check_bool("dispatch_batches", self.dispatch_batches)
+        if self.slice_fn_for_dispatch is not None and not callable(self.slice_fn_for_dispatch):
+            raise TypeError(
+                f"`slice_fn_for_dispatch` must be callable, got {self.slice_fn_for_dispatch!r}. Pass a function "
+                "`(batch, slice, process_index=, num_processes=) -> batch`, or None to cut along dimension 0."
+            )
         if self.dispatch_batches and not self.put_on_device:
             raise ValueError(
                 "`dispatch_batches=True` needs `put_on_device=True`: dispatched batches are sent from "
@@ -65,10 +76,13 @@ class ShardOptions:
 
     def replace(self, **changes: Any) -> ShardOptions:
         """A copy with ``changes`` applied (and checked again)."""
-        unknown = sorted(set(changes) - {field.name for field in fields(self)})
+        known = [field.name for field in fields(self)]
+        unknown = sorted(set(changes) - set(known))
         if unknown:
+            close = [match for name in unknown for match in difflib.get_close_matches(name, known, n=1)]
+            hint = f"Did you mean {', '.join(f'`{name}`' for name in close)}? " if close else ""
             raise TypeError(
-                f"Unknown sharding option(s) {unknown}. Known options: {[field.name for field in fields(self)]}."
+                f"`ShardOptions.replace` got unknown option(s) {unknown}. {hint}Use only these: {known}."
             )
         return replace(self, **changes)
 
@@ -77,3 +91,13 @@ class ShardOptions:
         kwargs = asdict(self)
         kwargs["rng_types"] = None if self.rng_types is None else list(self.rng_types)
         return kwargs
+
+
+_FLAGS = (
+    "split_batches",
+    "even_batches",
+    "put_on_device",
+    "use_seedable_sampler",
+    "non_blocking",
+    "use_stateful_dataloader",
+)

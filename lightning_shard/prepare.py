@@ -96,6 +96,7 @@ def _check_loader(dataloader: Any) -> None:
             f"`dataloader` is already prepared ({type(dataloader).__name__}); preparing it again would "
             "shard it twice. Pass the original `DataLoader`."
         )
+    _check_not_sharded(dataloader)
     sampler = _index_sampler(dataloader)
     if isinstance(sampler, DistributedSampler) or hasattr(sampler, "num_replicas"):
         raise ValueError(
@@ -103,6 +104,17 @@ def _check_loader(dataloader: Any) -> None:
             "again would give each process a fraction of its share. Use a plain sampler (e.g. "
             "`shuffle=True`), or with Lightning keep `use_distributed_sampler` off for this loader."
         )
+
+
+def _check_not_sharded(dataloader: DataLoader) -> None:
+    """Refuse a loader built on our own shards: preparing it would shard the shard."""
+    for part in (_batch_sampler(dataloader), dataloader.dataset):
+        if isinstance(part, (BatchSamplerShard, IterableDatasetShard)) and part.num_processes > 1:
+            raise ValueError(
+                f"`dataloader` is built on a {type(part).__name__} with `num_processes={part.num_processes}`, "
+                "which already shards it; preparing it would give each process a fraction of its share. "
+                "Pass a `DataLoader` over the plain dataset and batch sampler."
+            )
 
 
 def _resolve_dispatch(dataloader: DataLoader, options: ShardOptions) -> bool:

@@ -76,7 +76,38 @@ class LoaderState:
                 "Pass the complete dict returned by the loader's `state_dict()`."
             )
         values: dict[str, Any] = {name: state.get(name) for name in names}
+        _check_values(values)
         return cls(**values)
+
+
+_COUNTS = ("epoch", "steps", "base", "consumed")
+_FLAGS = ("split_batches", "even_batches", "drop_last")
+_OPTIONAL_COUNTS = ("batch_size", "dataset_length")
+
+
+def _check_values(values: dict[str, Any]) -> None:
+    """Refuse an edited state now, rather than a confusing failure at the next ``iter()``."""
+    for name, value in values.items():
+        if not _valid(name, value):
+            raise ValueError(
+                f"`state_dict[{name!r}]` is {value!r}, which a loader never writes; the state was edited or "
+                "corrupted. Pass the dict returned by the loader's `state_dict()` unchanged."
+            )
+
+
+def _valid(name: str, value: Any) -> bool:
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if name in _COUNTS:
+        return is_int and value >= 0
+    if name == "num_processes":
+        return is_int and value >= 1
+    if name in _OPTIONAL_COUNTS:
+        return value is None or (is_int and value >= 0)
+    if name in _FLAGS:
+        return isinstance(value, bool)
+    if name == "mode":
+        return value in ("shard", "dispatch")
+    return value is None or isinstance(value, str)
 
 
 def _describe(value: Any) -> str:
