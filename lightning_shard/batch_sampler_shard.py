@@ -96,15 +96,23 @@ class BatchSamplerShard(BatchSampler):
         layout = self._layout()
         if layout is not None:
             return layout.skip(consumed * (self.batch_size or 0)).num_batches()
-        return self._generic_length(max(len(self.batch_sampler) - consumed, 0))
+        return self._generic_length(max(len(self.batch_sampler) - consumed, 0), consumed)
 
-    def _generic_length(self, total: int) -> int:
+    def _generic_length(self, total: int, consumed: int) -> int:
         if self.split_batches:
-            return total
+            return total - self._misses_short_slice(consumed)
         rounds, extra = divmod(total, self.num_processes)
         if extra == 0 or self.drop_last:
             return rounds
         return rounds + (self.even_batches or self.process_index < extra)
+
+    def _misses_short_slice(self, consumed: int) -> bool:
+        """Whether, splitting without padding, this process gets no slice of the short last batch."""
+        sampler, size = self.sampler, self.batch_size
+        if self.even_batches or self.drop_last or size is None or not isinstance(sampler, Sized):
+            return False
+        short = max(len(sampler) - consumed * size, 0) % size
+        return 0 < short <= (size // self.num_processes) * self.process_index
 
     def __iter__(self) -> Iterator[list[int]]:
         return self.iter_from(0)

@@ -198,14 +198,11 @@ def _reference_len_exact(cfg: Config) -> bool:
 def known_len_bug(cfg: Config) -> bool:
     """Configurations where our ``len()`` is known to differ from what iteration yields.
 
-    NOTE: both are bugs in ours (SPEC section 3 promises ``len()`` equals iteration), pinned by the
-    strict xfail tests below; when a fix lands, those tests fail and this predicate must shrink.
-    (a) generic path with a batch size, ``split_batches=True``, ``even_batches=False``: ``len()`` counts
-    a slice of the short last batch for processes that get none. (b) a batch sampler that yields an
-    empty batch: the empty batch is never yielded (as in the reference) but ``len()`` counts it.
+    NOTE: a known limitation (README), pinned by the strict xfail test below: a batch sampler that
+    yields an empty batch: the empty batch is never yielded (as in the reference) but ``len()`` counts
+    it. When a fix lands, that test fails and this predicate must go.
     """
-    generic_split_uneven = cfg.kind == SUBCLASS and cfg.split_batches and not cfg.even_batches
-    return generic_split_uneven or (cfg.kind == VARYING and VaryingBatchSampler.has_empty(cfg))
+    return cfg.kind == VARYING and VaryingBatchSampler.has_empty(cfg)
 
 
 def _first_difference(a: Run, b: Run) -> str:
@@ -387,7 +384,6 @@ def test_hypothesis_iterable_against_reference(
     check_iterable_config(length, batch_size, num_processes, split, drop)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: generic-path len() with split_batches and even_batches=False")
 def test_len_generic_split_uneven_matches_iteration() -> None:
     """6 samples, global batch 10 split over 5 processes: ranks 3 and 4 get no slice of the short batch."""
     sampler = SubclassBatchSampler(SequentialSampler(range(6)), batch_size=10, drop_last=False)

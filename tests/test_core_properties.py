@@ -93,13 +93,6 @@ def setups(draw: st.DrawFn, kinds: list[str] = KINDS, max_length: int = 200) -> 
     return Setup(kind, length, batch_size, num_processes, split, *flags, seed=draw(st.integers(0, 2**31 - 1)))
 
 
-def known_len_bug(setup: Setup) -> bool:
-    """NOTE: a known bug in ours, pinned by a strict xfail in ``test_core_differential.py``: on the
-    generic path with ``split_batches=True`` and ``even_batches=False``, ``len()`` counts a slice of the
-    short last batch for processes that get none."""
-    return setup.kind == SUBCLASS and setup.split_batches and not setup.even_batches
-
-
 def all_ranks(setup: Setup) -> list[list[list[int]]]:
     return [list(setup.shard(rank)) for rank in range(setup.num_processes)]
 
@@ -152,8 +145,7 @@ def test_even_batches_gives_equal_counts_and_sizes(setup: Setup) -> None:
 def test_len_equals_what_iteration_yields(setup: Setup) -> None:
     for rank in range(setup.num_processes):
         shard = setup.shard(rank)
-        if not known_len_bug(setup):
-            assert len(shard) == len(list(shard)) == len(list(setup.shard(rank)._iter_generic()))
+        assert len(shard) == len(list(shard)) == len(list(setup.shard(rank)._iter_generic()))
 
 
 @SETTINGS
@@ -173,8 +165,7 @@ def test_skip_batch_sampler_skips_exactly(setup: Setup, skip: int) -> None:
         expected_len = max(len(full) - skip, 0)
         skipping = SkipBatchSampler(setup.shard(rank), skip)
         assert list(skipping) == full[skip:]
-        if not known_len_bug(setup):
-            assert len(skipping) == expected_len
+        assert len(skipping) == expected_len
         generic = list(itertools.islice(setup.shard(rank)._iter_generic(), skip, None))
         assert generic == full[skip:]
         theirs = ref.SkipBatchSampler(setup.shard(rank), skip)
