@@ -326,6 +326,11 @@ def _check_scaler(scaler: Any) -> torch.amp.GradScaler | None:
 
 
 def _check_scheduler(scheduler: Any, step_with_optimizer: bool) -> Any:
+    if isinstance(scheduler, Optimizer):
+        raise TypeError(
+            f"`scheduler` must be an LR scheduler, got the optimizer {type(scheduler).__name__}; the arguments "
+            "may be swapped. Pass `ShardScheduler(scheduler, optimizers)`, e.g. with a `LambdaLR`."
+        )
     if not callable(getattr(scheduler, "step", None)):
         raise TypeError(
             f"`scheduler` must be an LR scheduler with a `step()` method, got {type(scheduler).__name__}. "
