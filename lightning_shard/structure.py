@@ -1,8 +1,9 @@
 """Nested batches for dispatch: flatten to leaves, concatenate, slice, and rebuild.
 
 A batch is a tree of dicts, lists, tuples and namedtuples. Its leaves are tensors (batch dimension 0),
-*sequences* (lists of plain values such as strings, which collate produces for non-tensor fields;
-also indexed along the batch) and constants (anything else, passed through unchanged).
+*sequences* (lists or plain tuples of plain values such as strings, which collate produces for
+non-tensor fields: a list inside a dict, a tuple inside a tuple; also indexed along the batch) and
+constants (anything else, passed through unchanged).
 """
 
 from __future__ import annotations
@@ -28,7 +29,11 @@ class Node:
 
 
 def _is_sequence_leaf(value: Any) -> bool:
-    return isinstance(value, list) and len(value) > 0 and all(isinstance(item, _SCALARS) for item in value)
+    # NOTE: `default_collate` turns a string field into a tuple when the sample is a tuple or a
+    # namedtuple, and into a list when it is a dict; both are per-sample values.
+    return (
+        type(value) in (list, tuple) and len(value) > 0 and all(isinstance(item, _SCALARS) for item in value)
+    )
 
 
 def flatten(batch: Any) -> tuple[Node, list[Any]]:
@@ -111,7 +116,7 @@ def _join(leaves: list[Any]) -> Any:
         except (RuntimeError, TypeError) as error:
             shapes = [tuple(leaf.shape) for leaf in leaves]
             raise ValueError(f"{_CANNOT_CONCAT} Tensor shapes: {shapes}.") from error
-    return [item for leaf in leaves for item in leaf]
+    return type(leaves[0])(item for leaf in leaves for item in leaf)
 
 
 def slice_batch(
