@@ -125,7 +125,10 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
         )
 
     def _sampler_generator(self) -> torch.Generator | None:
-        return getattr(getattr(self.cursor, "sampler", None), "generator", None)
+        return getattr(self._user_sampler(), "generator", None)
+
+    def _user_sampler(self) -> Any:
+        return getattr(self.cursor, "sampler", None)
 
     def _forward_epoch(self, epoch: int) -> None:
         cursor = self.cursor

@@ -111,6 +111,9 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
             return self.synchronized_generator
         return getattr(getattr(self._shard, "sampler", None), "generator", None)
 
+    def _user_sampler(self) -> Any:
+        return getattr(self._shard, "sampler", None)
+
     def _forward_epoch(self, epoch: int) -> None:
         cursor = self.cursor
         if cursor is not None:

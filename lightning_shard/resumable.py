@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from lightning_shard.samplers import SeedableRandomSampler
 from lightning_shard.state import LoaderState, decode_generator_state, encode_generator_state
 
 
@@ -23,6 +24,7 @@ class Restore:
     start: int
     base: int
     generator_state: str | None = None
+    sampler_seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class ResumableLoaderMixin:
     _epoch: int
     _pending: Restore | None
     _epoch_generator_state: str | None
+    _in_epoch: bool
 
     def _init_position(self, skip_batches: int) -> None:
         self.end_of_dataloader = False
@@ -59,12 +62,17 @@ class ResumableLoaderMixin:
         self._epoch = 0
         self._pending = Restore(None, skip_batches, 0) if skip_batches else None
         self._epoch_generator_state = None
+        self._in_epoch = False
 
     # -- to be provided by the loader -------------------------------------------------------------
     def _sharding(self) -> ShardingInfo:
         raise NotImplementedError
 
     def _sampler_generator(self) -> torch.Generator | None:
+        raise NotImplementedError
+
+    def _user_sampler(self) -> Any:
+        """The index sampler under the loader's batch sampler, if any."""
         raise NotImplementedError
 
     def _forward_epoch(self, epoch: int) -> None:
@@ -91,18 +99,48 @@ class ResumableLoaderMixin:
         self.end_of_dataloader = False
         epoch = self._epoch if restore is None or restore.epoch is None else restore.epoch
         self.set_epoch(epoch)
-        generator = self._sampler_generator()
-        if restore is not None and restore.generator_state is not None and generator is not None:
-            generator.set_state(decode_generator_state(restore.generator_state))
-        self._epoch_generator_state = encode_generator_state(generator)
+        if restore is not None:
+            self._restore_randomness(restore)
+        self._epoch_generator_state = encode_generator_state(self._sampler_generator())
+        self._in_epoch = True
         start, base = (restore.start, restore.base) if restore is not None else (0, 0)
         self._steps, self._base = start, base
         self._seek(start, base)
         self.remainder = self._compute_remainder()
 
+    def _restore_randomness(self, restore: Restore) -> None:
+        generator = self._sampler_generator()
+        if restore.generator_state is not None and generator is not None:
+            generator.set_state(decode_generator_state(restore.generator_state))
+        sampler = self._user_sampler()
+        if restore.sampler_seed is not None and isinstance(sampler, SeedableRandomSampler):
+            sampler.initial_seed = restore.sampler_seed
+
+    def _sampler_seed(self) -> int | None:
+        """The seed of a ``SeedableRandomSampler`` (its order ignores the generator's state)."""
+        sampler = self._user_sampler()
+        return sampler.initial_seed if isinstance(sampler, SeedableRandomSampler) else None
+
     def _finish_epoch(self) -> None:
         self._steps, self._base = 0, 0
+        self._in_epoch = False
         self.set_epoch(self._epoch + 1)
+
+    def _position(self) -> Restore:
+        """Where the next batch comes from: a pending restore, the epoch in progress, or the next epoch.
+
+        NOTE: between epochs (and before the first) the next epoch starts from the generator's state
+        now, not from the state the finished epoch started with.
+        """
+        pending = self._pending
+        seed = self._sampler_seed()
+        if pending is not None:
+            epoch = self._epoch if pending.epoch is None else pending.epoch
+            state = pending.generator_state or encode_generator_state(self._sampler_generator())
+            return Restore(epoch, pending.start, pending.base, state, pending.sampler_seed or seed)
+        if self._in_epoch:
+            return Restore(self._epoch, self._steps, self._base, self._epoch_generator_state, seed)
+        return Restore(self._epoch, 0, 0, encode_generator_state(self._sampler_generator()), seed)
 
     def _compute_remainder(self) -> int:
         info = self._sharding()
@@ -131,20 +169,22 @@ class ResumableLoaderMixin:
                 (Lightning does); defaults to the batches this loader has yielded.
         """
         info = self._sharding()
-        steps = self._steps if steps is None else steps
+        position = self._position()
+        steps = position.start if steps is None else steps
         state = LoaderState(
             mode=info.mode,
-            epoch=self._epoch,
+            epoch=position.epoch or 0,
             steps=steps,
-            base=self._base,
-            consumed=self._base + steps * info.step_size,
+            base=position.base,
+            consumed=position.base + steps * info.step_size,
             num_processes=info.num_processes,
             split_batches=info.split_batches,
             even_batches=info.even_batches,
             drop_last=info.drop_last,
             batch_size=info.batch_size,
             dataset_length=info.dataset_length,
-            generator_state=self._epoch_generator_state,
+            generator_state=position.generator_state,
+            sampler_seed=position.sampler_seed,
         )
         return state.to_dict()
 
@@ -158,10 +198,11 @@ class ResumableLoaderMixin:
         saved = LoaderState.from_dict(state_dict)
         info = self._sharding()
         _check_compatible(saved, info)
+        randomness = (saved.generator_state, saved.sampler_seed)
         if saved.num_processes == info.num_processes:
-            self._pending = Restore(saved.epoch, saved.steps, saved.base, saved.generator_state)
+            self._pending = Restore(saved.epoch, saved.steps, saved.base, *randomness)
         else:
-            self._pending = Restore(saved.epoch, 0, saved.consumed, saved.generator_state)
+            self._pending = Restore(saved.epoch, 0, saved.consumed, *randomness)
         self._epoch = saved.epoch
 
 

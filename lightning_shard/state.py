@@ -31,6 +31,8 @@ class LoaderState:
         num_processes, split_batches, even_batches, drop_last, batch_size: the sharding options.
         dataset_length: ``len(dataset)``, or ``None`` when it has none.
         generator_state: the sampler's generator state at the start of the epoch (base64), if any.
+        sampler_seed: the seed of a ``SeedableRandomSampler`` (whose order ignores the generator's
+            state), if the loader has one.
     """
 
     mode: str
@@ -45,6 +47,7 @@ class LoaderState:
     batch_size: int | None
     dataset_length: int | None
     generator_state: str | None = None
+    sampler_seed: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The state as plain data, with its format and version."""
@@ -69,7 +72,7 @@ class LoaderState:
                 f"{STATE_VERSION}. Load it with the lightning_shard release that wrote it, or start the epoch afresh."
             )
         names = [field.name for field in fields(cls)]
-        missing = [name for name in names if name not in state and name != "generator_state"]
+        missing = [name for name in names if name not in state and name not in _OPTIONAL]
         if missing:
             raise ValueError(
                 f"`state_dict` is missing the keys {missing}; it is truncated or was edited. "
@@ -107,7 +110,12 @@ def _valid(name: str, value: Any) -> bool:
         return isinstance(value, bool)
     if name == "mode":
         return value in ("shard", "dispatch")
+    if name == "sampler_seed":
+        return value is None or is_int
     return value is None or isinstance(value, str)
+
+
+_OPTIONAL = ("generator_state", "sampler_seed")
 
 
 def _describe(value: Any) -> str:
