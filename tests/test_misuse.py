@@ -479,8 +479,8 @@ def test_dispatching_batches_that_cannot_be_concatenated_fails_on_every_process(
         "Pass `split_batches=True`" in process0["message"]
         and "`dispatch_batches=False`" in process0["message"]
     )
-    # Process 1 is not left waiting for a batch: it fails at once, naming process 0's error.
+    # Process 1 is not left waiting for a batch (run_distributed would kill it and fail): it fails at
+    # once, naming process 0's error.
     assert process1["error"] == "RuntimeError", process1
     assert "Process 0 failed" in process1["message"] and "ValueError" in process1["message"]
     assert "Tensor shapes" in process1["message"]
-    assert process1["seconds"] < 30
