@@ -1,5 +1,6 @@
 """Batch-level data sharding across processes for PyTorch Lightning, exact and resumable."""
 
+from lightning_shard.audit import AuditReport, ShardAudit
 from lightning_shard.batch_sampler_shard import BatchSamplerShard
 from lightning_shard.dispatcher import DataLoaderDispatcher
 from lightning_shard.iterable_shard import IterableDatasetShard
@@ -11,12 +12,14 @@ from lightning_shard.samplers import SeedableRandomSampler, SkipBatchSampler
 from lightning_shard.state import LoaderState
 
 __all__ = [
+    "AuditReport",
     "BatchSamplerShard",
     "DataLoaderDispatcher",
     "DataLoaderShard",
     "IterableDatasetShard",
     "LoaderState",
     "SeedableRandomSampler",
+    "ShardAudit",
     "ShardOptimizer",
     "ShardOptions",
     "ShardScheduler",

@@ -1,0 +1,319 @@
+"""``ShardAudit``: which samples the processes consumed in an epoch, exactly, in ``dataset / 8`` bytes.
+
+Each process records the dataset indices it consumed in two bitmaps, *seen* (at least once) and
+*repeated* (at least twice), plus a count of records. That is enough for exact totals: the samples
+covered are the bits of *seen*, the extra consumptions are ``records - covered`` (however many times a
+sample repeats), the missing samples are ``dataset_length - covered``. Bitmaps merge exactly across
+processes (``seen = a | b``, ``repeated = ra | rb | (a & b)``), so ``gather`` gives the global picture.
+Padding (``even_batches``) and the samples ``drop_last`` drops are allowed, in the counts given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from lightning_shard.distributed import communication_device, is_distributed
+
+_CHUNK_BYTES = 1 << 20
+_POPCOUNT = torch.tensor([bin(byte).count("1") for byte in range(256)], dtype=torch.int64)
+_BITS = torch.arange(8, dtype=torch.uint8)
+_EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """What an epoch's processes consumed, against what ``dataset_length`` and the sharding allow.
+
+    Attributes:
+        dataset_length: samples in the dataset.
+        records: sample consumptions recorded (over the processes gathered).
+        covered: distinct samples consumed at least once.
+        duplicates: consumptions beyond the first of each sample (``records - covered``).
+        repeated: distinct samples consumed more than once.
+        missing: samples never consumed (``dataset_length - covered``).
+        allowed_padding, allowed_missing: what the sharding explains (``even_batches`` padding,
+            samples ``drop_last`` drops).
+        duplicate_examples, missing_examples: the first few such sample indices.
+    """
+
+    dataset_length: int
+    records: int
+    covered: int
+    duplicates: int
+    repeated: int
+    missing: int
+    allowed_padding: int
+    allowed_missing: int
+    duplicate_examples: tuple[int, ...]
+    missing_examples: tuple[int, ...]
+
+    @property
+    def excess_duplicates(self) -> int:
+        """Duplicates the padding does not explain."""
+        return max(self.duplicates - self.allowed_padding, 0)
+
+    @property
+    def excess_missing(self) -> int:
+        """Missing samples ``drop_last`` does not explain."""
+        return max(self.missing - self.allowed_missing, 0)
+
+    @property
+    def ok(self) -> bool:
+        return not self.excess_duplicates and not self.excess_missing
+
+    def summary(self) -> str:
+        """One line: the counts, then OK or the problems with example indices."""
+        counts = (
+            f"shard audit: {self.dataset_length} samples, {self.covered} covered, "
+            f"{self.duplicates} duplicates ({self.allowed_padding} allowed as padding), "
+            f"{self.missing} missing ({self.allowed_missing} allowed by drop_last)"
+        )
+        if self.ok:
+            return f"{counts}: OK"
+        problems = []
+        if self.excess_duplicates:
+            problems.append(
+                f"{self.excess_duplicates} duplicates beyond the padding (e.g. {_listed(self.duplicate_examples)})"
+            )
+        if self.excess_missing:
+            problems.append(f"{self.excess_missing} missing samples (e.g. {_listed(self.missing_examples)})")
+        return f"{counts}: PROBLEM: {'; '.join(problems)}"
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def raise_on_problem(self) -> None:
+        """Raise ``RuntimeError`` with the summary and the usual causes, unless the report is OK."""
+        if self.ok:
+            return
+        raise RuntimeError(
+            f"{self.summary()}. Duplicates beyond the padding mean processes read the same samples (a loader "
+            "that is not sharded, e.g. built without `prepare_data_loader`); missing samples mean a loader "
+            "sharded twice (a `DistributedSampler` or a `BatchSamplerShard` under `prepare_data_loader`) or "
+            "an audit that started in the middle of an epoch."
+        )
+
+
+class ShardAudit:
+    """Records the dataset indices this process consumed; ``gather`` and ``report`` check them.
+
+    Args:
+        dataset_length: samples in the dataset; recorded indices must lie in ``[0, dataset_length)``.
+        allowed_padding: duplicates expected in the epoch over all processes (``even_batches`` padding).
+        allowed_missing: samples expected to be skipped in the epoch (``drop_last``).
+
+    Raises:
+        TypeError / ValueError: on a count that is not a non-negative integer.
+    """
+
+    def __init__(self, dataset_length: int, *, allowed_padding: int = 0, allowed_missing: int = 0) -> None:
+        self.dataset_length = _check_count(
+            "dataset_length", dataset_length, "the number of samples, `len(dataset)`"
+        )
+        self.allowed_padding = _check_count("allowed_padding", allowed_padding, "0 without `even_batches`")
+        self.allowed_missing = _check_count("allowed_missing", allowed_missing, "0 without `drop_last`")
+        self.reset()
+
+    @classmethod
+    def for_loader(cls, loader: Any) -> ShardAudit:
+        """An audit of one epoch of a loader built by ``prepare_data_loader``, with its padding allowed.
+
+        Raises:
+            ValueError: if the loader's dataset or batches have no length to audit against.
+        """
+        info = loader._sharding()
+        length, batch_size = info.dataset_length, info.batch_size
+        if length is None or batch_size is None:
+            raise ValueError(
+                f"`ShardAudit.for_loader` needs a dataset with a length and a fixed batch size, got "
+                f"`dataset_length={length}` and `batch_size={batch_size}`. Build "
+                "`ShardAudit(dataset_length, allowed_padding=..., allowed_missing=...)` yourself."
+            )
+        padding, missing = expected_padding_and_missing(
+            length,
+            batch_size,
+            info.num_processes,
+            split_batches=info.split_batches,
+            even_batches=info.even_batches,
+            drop_last=info.drop_last,
+            dispatch=info.mode == "dispatch",
+        )
+        return cls(length, allowed_padding=padding, allowed_missing=missing)
+
+    def reset(self) -> None:
+        """Forget everything recorded (at the start of an epoch)."""
+        size = (self.dataset_length + 7) // 8
+        self.seen = torch.zeros(size, dtype=torch.uint8)
+        self.repeated = torch.zeros(size, dtype=torch.uint8)
+        self.records = 0
+
+    @property
+    def covered(self) -> int:
+        """Distinct samples recorded."""
+        return _popcount(self.seen)
+
+    def record_indices(self, indices: Sequence[int] | torch.Tensor) -> None:
+        """Record that this process consumed the samples ``indices`` (repeats count).
+
+        Raises:
+            ValueError: if an index lies outside ``[0, dataset_length)``.
+        """
+        flat = torch.as_tensor(indices, dtype=torch.int64).reshape(-1)
+        if not flat.numel():
+            return
+        self._check_range(flat)
+        unique, counts = torch.unique(flat, return_counts=True)
+        already = _test(self.seen, unique)
+        twice = unique[already | (counts > 1)]
+        _set(self.seen, unique[~already])
+        _set(self.repeated, twice[~_test(self.repeated, twice)])
+        self.records += flat.numel()
+
+    def _check_range(self, flat: torch.Tensor) -> None:
+        bad = flat[(flat < 0) | (flat >= self.dataset_length)]
+        if bad.numel():
+            raise ValueError(
+                f"`indices` contains {bad[:_EXAMPLES].tolist()}, outside [0, {self.dataset_length}) for "
+                f"`dataset_length={self.dataset_length}`. Record dataset indices, and build the audit with "
+                "the length of the dataset the loader reads."
+            )
+
+    def merge(self, other: ShardAudit) -> ShardAudit:
+        """The audit of both processes' records together (this one's allowances are kept).
+
+        Raises:
+            ValueError: if the two audits are of datasets of different lengths.
+        """
+        if other.dataset_length != self.dataset_length:
+            raise ValueError(
+                f"Cannot merge an audit of `dataset_length={other.dataset_length}` into one of "
+                f"`dataset_length={self.dataset_length}`. Audit the same dataset on every process."
+            )
+        merged = ShardAudit(
+            self.dataset_length, allowed_padding=self.allowed_padding, allowed_missing=self.allowed_missing
+        )
+        merged.seen = self.seen | other.seen
+        merged.repeated = self.repeated | other.repeated | (self.seen & other.seen)
+        merged.records = self.records + other.records
+        return merged
+
+    def gather(self, group: Any = None) -> ShardAudit:
+        """The audit of every process's records (a collective: call it on every process).
+
+        Each process receives every bitmap (``N * dataset_length / 4`` bytes in all) and merges them, so
+        the result is the same everywhere. Without a process group, a copy of this audit.
+        """
+        if not is_distributed():
+            return self.merge(ShardAudit(self.dataset_length))
+        device = communication_device()
+        world = dist.get_world_size(group)
+        local = torch.cat([self.seen, self.repeated]).to(device)
+        bitmaps = [torch.empty_like(local) for _ in range(world)]
+        dist.all_gather(bitmaps, local, group=group)
+        records = torch.tensor([self.records], dtype=torch.int64, device=device)
+        dist.all_reduce(records, group=group)
+        size = self.seen.numel()
+        merged = ShardAudit(
+            self.dataset_length, allowed_padding=self.allowed_padding, allowed_missing=self.allowed_missing
+        )
+        for bitmap in bitmaps:
+            part = ShardAudit(self.dataset_length)
+            part.seen, part.repeated = bitmap[:size].cpu(), bitmap[size:].cpu()
+            merged = merged.merge(part)
+        merged.records = int(records.item())
+        return merged
+
+    def report(self) -> AuditReport:
+        """What the records show: coverage, duplicates and missing samples, with examples."""
+        covered = self.covered
+        return AuditReport(
+            dataset_length=self.dataset_length,
+            records=self.records,
+            covered=covered,
+            duplicates=self.records - covered,
+            repeated=_popcount(self.repeated),
+            missing=self.dataset_length - covered,
+            allowed_padding=self.allowed_padding,
+            allowed_missing=self.allowed_missing,
+            duplicate_examples=tuple(_first(self.repeated, True, self.dataset_length)),
+            missing_examples=tuple(_first(self.seen, False, self.dataset_length)),
+        )
+
+
+def expected_padding_and_missing(
+    dataset_length: int,
+    batch_size: int,
+    num_processes: int,
+    *,
+    split_batches: bool = False,
+    even_batches: bool = True,
+    drop_last: bool = False,
+    dispatch: bool = False,
+) -> tuple[int, int]:
+    """Duplicates that padding adds, and samples ``drop_last`` drops, in one epoch over all processes.
+
+    For loaders built by ``prepare_data_loader`` with a fixed ``batch_size`` (the user's).
+    """
+    step = batch_size if split_batches else batch_size * num_processes
+    rest = dataset_length % step if step else 0
+    if drop_last:
+        return 0, rest
+    if num_processes == 1 or not rest:
+        return 0, 0
+    if dispatch:
+        # NOTE: process 0 completes the last global batch to a multiple of N rows only.
+        return -rest % num_processes, 0
+    return (step - rest if even_batches else 0), 0
+
+
+def _check_count(name: str, value: Any, fix: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"`{name}` must be a non-negative integer, got {value!r} ({type(value).__name__}). Pass {fix}."
+        )
+    if value < 0:
+        raise ValueError(f"`{name}` must be a non-negative integer, got {value}. Pass {fix}.")
+    return value
+
+
+def _listed(indices: tuple[int, ...]) -> str:
+    return ", ".join(map(str, indices)) or "-"
+
+
+def _popcount(bitmap: torch.Tensor) -> int:
+    total = 0
+    for start in range(0, bitmap.numel(), _CHUNK_BYTES):
+        total += int(_POPCOUNT[bitmap[start : start + _CHUNK_BYTES].long()].sum())
+    return total
+
+
+def _masks(indices: torch.Tensor) -> torch.Tensor:
+    return torch.bitwise_left_shift(torch.ones_like(indices), indices & 7).to(torch.uint8)
+
+
+def _test(bitmap: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """Whether each index's bit is set."""
+    return (bitmap[indices >> 3] & _masks(indices)) != 0
+
+
+def _set(bitmap: torch.Tensor, indices: torch.Tensor) -> None:
+    """Set the bits of ``indices``, which must be distinct and not set yet (adding is then or-ing)."""
+    bitmap.index_put_((indices >> 3,), _masks(indices), accumulate=True)
+
+
+def _first(bitmap: torch.Tensor, value: bool, length: int) -> Iterator[int]:
+    """The first few indices below ``length`` whose bit is ``value``."""
+    found = 0
+    for start in range(0, bitmap.numel(), _CHUNK_BYTES):
+        bits = (bitmap[start : start + _CHUNK_BYTES].unsqueeze(1) >> _BITS) & 1
+        hits = torch.nonzero(bits.reshape(-1) == int(value)).reshape(-1) + start * 8
+        for index in hits[hits < length][: _EXAMPLES - found].tolist():
+            yield index
+            found += 1
+        if found == _EXAMPLES:
+            return
