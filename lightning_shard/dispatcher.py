@@ -125,7 +125,10 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
         )
 
     def _sampler_generator(self) -> torch.Generator | None:
-        return getattr(self._user_sampler(), "generator", None)
+        """The sampler's generator, or an iterable dataset's (the reference's convention)."""
+        owner = self._user_sampler() if self.cursor is not None else self.dataset
+        generator = getattr(owner, "generator", None)
+        return generator if isinstance(generator, torch.Generator) else None
 
     def _user_sampler(self) -> Any:
         return getattr(self.cursor, "sampler", None)
@@ -199,12 +202,15 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
     def _global_slices(self) -> Iterator[tuple[list[Any], bool]]:
         """Each global batch cut into ``N`` slices, and whether it is the epoch's last."""
         batches = self._global_batches()
-        current = next(batches, _END)
-        head = self._epoch_head()
+        first = current = next(batches, _END)
+        # NOTE: a resumed epoch reads its head only if the last global batch needs padding.
+        head = None if current is _END or self._resume_batches else self._head_of(current)
         while current is not _END:
             following = next(batches, _END)
-            head = head if head is not None else self._head_of(current)
-            yield self._cut(current, following is _END, head), following is _END
+            last = following is _END
+            if last and head is None and self._needs_padding(current):
+                head = self._resumed_head(first)
+            yield self._cut(current, last, head), last
             current = following
 
     def _global_batches(self) -> Iterator[Any]:
@@ -225,32 +231,44 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
             batch, slice(0, self.num_processes), process_index=0, num_processes=self.num_processes
         )
 
-    def _epoch_head(self) -> Any:
-        """On a resumed epoch, its first global batch's head, read by index without moving the order."""
-        if self._user_drop_last() or not self._resume_batches:
-            return None
-        if self.cursor is None:
-            first = self._skipped_head
-            return self._head_of(first[0] if len(first) == 1 else concatenate(first)) if first else None
-        return self._head_of(self._load_first_batch())
+    def _needs_padding(self, batch: Any) -> bool:
+        return not self._user_drop_last() and batch_length(batch) % self.num_processes != 0
 
-    def _load_first_batch(self) -> Any:
+    def _resumed_head(self, first: Any) -> Any:
+        """On a resumed epoch, the head of the epoch: its skipped batches, then ``first`` if too few rows."""
+        batches = self._skipped_head if self.cursor is None else self._load_epoch_start()
+        if sum(batch_length(batch) for batch in batches) < self.num_processes:
+            batches = [*batches, first]
+        return self._head_of(batches[0] if len(batches) == 1 else concatenate(batches))
+
+    def _load_epoch_start(self) -> list[Any]:
+        """The epoch's skipped batches holding its first ``N`` rows, read by index; the order is kept."""
         cursor = self.cursor
-        assert cursor is not None
+        assert cursor is not None  # NOTE: only called for map-style data, which always has one.
         generator, at_start = self._sampler_generator(), self._epoch_generator_state
-        if generator is None or at_start is None:
-            indices: list[int] = next(iter(cursor.batch_sampler), [])
-        else:
-            now = generator.get_state()
+        now = generator.get_state() if generator is not None else None
+        if generator is not None and at_start is not None:
             generator.set_state(decode_generator_state(at_start))
-            indices = next(iter(cursor.batch_sampler), [])
+        batches, rows = [], 0
+        for indices in itertools.islice(cursor.batch_sampler, self._resume_batches):
+            batches.append(self._fetch(indices))
+            rows += len(indices)
+            if rows >= self.num_processes:
+                break
+        if generator is not None and now is not None:
             generator.set_state(now)
-        return self.collate_fn([self.dataset[index] for index in indices])
+        return batches
+
+    def _fetch(self, indices: list[int]) -> Any:
+        """One batch of the user's loader, fetched and collated as its DataLoader would."""
+        getitems = getattr(self.dataset, "__getitems__", None)
+        samples = getitems(indices) if callable(getitems) else [self.dataset[index] for index in indices]
+        return self.collate_fn(samples)
 
     def _cut(self, batch: Any, last: bool, head: Any) -> list[Any]:
         rows, n = batch_length(batch), self.num_processes
         per = rows // n
-        if last and not self._user_drop_last() and rows % n:
+        if last and self._needs_padding(batch):
             batch, per = concatenate([batch, head]), per + 1
         return [
             self.slice_fn(batch, slice(r * per, (r + 1) * per), process_index=r, num_processes=n)
