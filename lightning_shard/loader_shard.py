@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sized
 from typing import Any
 
@@ -64,6 +65,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         self.non_blocking = non_blocking
         self.synchronized_generator = synchronized_generator
         self.use_stateful_dataloader = use_stateful_dataloader
+        self._discard = 0
         self._init_position(skip_batches)
 
     # -- the pieces ResumableLoaderMixin needs -----------------------------------------------------
@@ -125,10 +127,15 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
 
     def _seek(self, start: int, base: int) -> None:
         cursor = self.cursor
+        self._discard = 0
         if cursor is not None:
             cursor.rewind(start, base)
         elif isinstance(self.dataset, IterableDatasetShard):
-            self.dataset.resume(skip_steps=start, skip_elements=base)
+            # NOTE: each worker iterates its own copy of the stream and the DataLoader interleaves
+            # their batches, so with workers the batches to skip are dropped after interleaving: exact,
+            # at the cost of collating them.
+            self._discard = start if self.num_workers > 0 else 0
+            self.dataset.resume(skip_steps=start - self._discard, skip_elements=base)
         elif start or base:
             raise ValueError(
                 "This loader's dataset is iterable but not an `IterableDatasetShard`, so it cannot skip "
@@ -139,7 +146,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         synchronize_rng_states(self.rng_types, self.synchronized_generator)
         self._begin_epoch()
-        return self._look_ahead(super().__iter__())
+        return self._look_ahead(itertools.islice(super().__iter__(), self._discard, None))
 
     def _look_ahead(self, batches: Iterator[Any]) -> Iterator[Any]:
         """Yield batches one behind the DataLoader, so the last one is known to be the last."""
