@@ -1,0 +1,57 @@
+"""The only places where the adapter touches private Lightning names, one function each.
+
+Each function says why no public hook would do; ``tests/test_lightning_private.py`` fails as soon as a
+Lightning release renames or changes one of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.overrides.distributed import _IndexBatchSamplerWrapper
+
+
+def disable_sampler_injection(trainer: pl.Trainer) -> None:
+    """Keep Lightning from replacing the samplers of this trainer's loaders by ``DistributedSampler``.
+
+    Raises:
+        RuntimeError: if this Lightning release keeps the setting somewhere else.
+    """
+    # NOTE: `_DataConnector._requires_distributed_sampler` reads `Trainer(use_distributed_sampler=...)` from
+    # the private accelerator connector, before `Strategy.process_dataloader` sees the loader; no public
+    # hook runs in between, and undoing the injection afterwards would lose the user's sampler.
+    connector = _accelerator_connector(trainer)
+    connector.use_distributed_sampler = False
+
+
+def sampler_injection_enabled(trainer: pl.Trainer) -> bool:
+    """Whether Lightning will inject ``DistributedSampler`` into this trainer's loaders."""
+    # NOTE: the same private setting as in `disable_sampler_injection`; Lightning exposes no getter.
+    return bool(_accelerator_connector(trainer).use_distributed_sampler)
+
+
+def _accelerator_connector(trainer: pl.Trainer) -> Any:
+    connector = getattr(trainer, "_accelerator_connector", None)
+    if connector is None or not hasattr(connector, "use_distributed_sampler"):
+        raise RuntimeError(
+            f"This Lightning release ({pl.__version__}) keeps `use_distributed_sampler` in a place "
+            "lightning_shard does not know, so it cannot turn off `DistributedSampler` injection. "
+            "Pin a supported Lightning release (2.2 to 2.6) or report this at lightning_shard."
+        )
+    return connector
+
+
+def unwrap_index_batch_sampler(batch_sampler: Any) -> Any | None:
+    """The batch sampler inside the index recorder Lightning puts on predict loaders, or ``None``."""
+    # NOTE: Lightning wraps a predict loader's batch sampler in `_IndexBatchSamplerWrapper` so that its
+    # prediction writers get `batch_indices`; we shard what is inside, then record the shard (below).
+    if isinstance(batch_sampler, _IndexBatchSamplerWrapper):
+        return batch_sampler._batch_sampler
+    return None
+
+
+def record_batch_indices(batch_sampler: Any) -> Any:
+    """``batch_sampler`` wrapped so that Lightning's prediction loop finds the indices it yields."""
+    # NOTE: `PredictionLoop._get_batch_indices` looks for exactly this class on `dataloader.batch_sampler`.
+    return _IndexBatchSamplerWrapper(batch_sampler)

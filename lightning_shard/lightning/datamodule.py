@@ -1,0 +1,150 @@
+"""``ShardDataModule``: per-stage sharding options, and the sizes users need to build schedulers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+import lightning.pytorch as pl
+import torch
+from lightning.fabric.utilities.data import sized_len
+from lightning.pytorch.strategies import ParallelStrategy
+from torch.utils.data import DataLoader
+
+from lightning_shard.distributed import Topology
+from lightning_shard.lightning._private import sampler_injection_enabled
+from lightning_shard.lightning.loaders import STAGES, stage_defaults
+from lightning_shard.lightning.strategy import ShardStrategy
+from lightning_shard.options import ShardOptions
+from lightning_shard.prepare import prepare_with_options
+
+
+class ShardDataModule(pl.LightningDataModule):
+    """A ``LightningDataModule`` whose loaders ``ShardStrategy`` shards with per-stage options.
+
+    Set ``shard_stage_options`` (or override ``shard_options``) to change the strategy's options for
+    one stage, e.g. ``{"train": {"split_batches": True}}``. Inside ``configure_optimizers``,
+    ``num_processes``, ``global_batch_size``, ``steps_per_epoch`` and ``scheduler_steps_per_epoch`` give
+    the sizes of the sharded run, e.g. to build a ``OneCycleLR``.
+
+    Used with another multi-process strategy (e.g. ``DDPStrategy``) it raises when attached to the
+    trainer, instead of letting Lightning shard its loaders differently.
+    """
+
+    shard_stage_options: ClassVar[Mapping[str, Mapping[str, Any]]] = MappingProxyType({})
+    """Per-stage overrides of the strategy's options; keys ``"train"``, ``"validate"``, ``"test"``, ``"predict"``."""
+
+    _shard_trainer: pl.Trainer | None = None
+
+    def shard_options(self, stage: str) -> dict[str, Any]:
+        """The options that ``stage``'s loaders use instead of the strategy's.
+
+        Raises:
+            ValueError: on an unknown ``stage``.
+        """
+        if stage not in STAGES:
+            raise ValueError(f"`stage` must be one of {list(STAGES)}, got {stage!r}.")
+        return dict(self.shard_stage_options.get(stage, {}))
+
+    @property  # type: ignore[override]
+    def trainer(self) -> pl.Trainer | None:
+        return self._shard_trainer
+
+    @trainer.setter
+    def trainer(self, trainer: pl.Trainer | None) -> None:
+        if trainer is not None:
+            _check_strategy(trainer)
+        self._shard_trainer = trainer
+
+    # -- sizes ------------------------------------------------------------------------------------
+    @property
+    def num_processes(self) -> int:
+        """Data-parallel processes ``N`` (1 without a trainer)."""
+        return 1 if self.trainer is None else self.trainer.world_size
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per step on all processes: ``B * N``, or ``B`` with ``split_batches``.
+
+        Raises:
+            ValueError: if the training loader has no batch size.
+        """
+        loader = self.train_dataloader()
+        batch_size = loader.batch_size or getattr(loader.batch_sampler, "batch_size", None)
+        if batch_size is None:
+            raise ValueError(
+                "`global_batch_size` needs the training loader's batch size, but it has none "
+                "(`batch_size=None`). Give `DataLoader` a `batch_size` or a batch sampler with one."
+            )
+        return batch_size if self._train_options().split_batches else batch_size * self.num_processes
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps per training epoch on each process, after ``limit_train_batches`` and
+        ``accumulate_grad_batches``.
+
+        Raises:
+            ValueError: if the training data has no length.
+        """
+        batches = self._limited(self._sharded_train_length())
+        accumulate = 1 if self.trainer is None else self.trainer.accumulate_grad_batches
+        return math.ceil(batches / accumulate)
+
+    @property
+    def scheduler_steps_per_epoch(self) -> int:
+        """How far an ``interval="step"`` scheduler advances per epoch under ``ShardStrategy``: the
+        ``total_steps`` of a one-epoch ``OneCycleLR``."""
+        strategy = None if self.trainer is None else self.trainer.strategy
+        if not isinstance(strategy, ShardStrategy):
+            return self.steps_per_epoch
+        return self.steps_per_epoch * strategy.scheduler_scaling.factor
+
+    def _train_options(self) -> ShardOptions:
+        strategy = None if self.trainer is None else self.trainer.strategy
+        if isinstance(strategy, ShardStrategy):
+            return strategy.options_for("train")
+        return stage_defaults(ShardOptions(), "train").replace(**self.shard_options("train"))
+
+    def _sharded_train_length(self) -> int:
+        topology = Topology(self.num_processes, 0 if self.trainer is None else self.trainer.global_rank)
+        loader = self.train_dataloader()
+        if not isinstance(loader, DataLoader):
+            raise ValueError(
+                f"`steps_per_epoch` needs `train_dataloader()` to return one `DataLoader`, got "
+                f"{type(loader).__name__}. Compute the steps from your loaders yourself."
+            )
+        # NOTE: preparing a loader may draw a seed from the global RNG; keep the user's stream as it is.
+        with torch.random.fork_rng(devices=[]):
+            length = sized_len(prepare_with_options(loader, self._train_options(), topology))
+        if length is None:
+            raise ValueError(
+                "`steps_per_epoch` needs a training dataset with a length; this one is an iterable without "
+                "`__len__`. Set `max_steps` and size the scheduler from it instead."
+            )
+        return length
+
+    def _limited(self, batches: int) -> int:
+        limit: int | float = 1.0 if self.trainer is None else self.trainer.limit_train_batches
+        if isinstance(limit, int):
+            return min(batches, limit)
+        return int(batches * limit)
+
+
+def _check_strategy(trainer: pl.Trainer) -> None:
+    strategy = trainer.strategy
+    if isinstance(strategy, ShardStrategy) or not isinstance(strategy, ParallelStrategy):
+        return
+    if trainer.num_devices * trainer.num_nodes <= 1:
+        return
+    consequence = (
+        "Lightning would shard its loaders with `DistributedSampler` and ignore this datamodule's options"
+        if sampler_injection_enabled(trainer)
+        else "nothing would shard its loaders (`use_distributed_sampler=False`), so every process would see every sample"
+    )
+    raise ValueError(
+        f"`ShardDataModule` needs `ShardStrategy` to shard its loaders, but the trainer uses "
+        f"`{type(strategy).__name__}` on {trainer.num_devices * trainer.num_nodes} processes: {consequence}. "
+        "Use `Trainer(strategy='shard')` (or `strategy=ShardStrategy(...)`)."
+    )

@@ -1,0 +1,106 @@
+"""The sharding plan of a fit: what rank 0 logs at fit start, and ``ShardStrategy.shard_plan``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lightning.fabric.utilities.data import sized_len
+
+from lightning_shard.lightning.loaders import ShardLoader
+from lightning_shard.lightning.optimizers import SchedulerScaling
+from lightning_shard.state import LoaderState
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """How one training epoch is sharded.
+
+    Attributes:
+        num_processes: data-parallel processes ``N``.
+        process_batch_size: samples per step on each process.
+        global_batch_size: samples per step on all processes together.
+        batches_per_epoch: batches each process yields in a whole epoch (``None``: unsized data).
+        steps_per_epoch: optimizer steps per epoch, after ``limit_train_batches`` and
+            ``accumulate_grad_batches`` (``None``: unsized data).
+        dataset_length: samples in the dataset (``None``: unsized).
+        padded_samples: duplicates added so the last step is full on every process.
+        dropped_samples: samples left out because of ``drop_last=True``.
+        scheduler_scaling: how ``interval="step"`` schedulers are stepped.
+        mode: ``"shard"`` (each process loads its part) or ``"dispatch"`` (process 0 loads).
+    """
+
+    num_processes: int
+    process_batch_size: int | None
+    global_batch_size: int
+    batches_per_epoch: int | None
+    steps_per_epoch: int | None
+    dataset_length: int | None
+    padded_samples: int | None
+    dropped_samples: int | None
+    scheduler_scaling: str
+    mode: str
+
+    def __str__(self) -> str:
+        steps = "an unknown number of" if self.steps_per_epoch is None else str(self.steps_per_epoch)
+        padded = "unknown" if self.padded_samples is None else str(self.padded_samples)
+        dropped = f", {self.dropped_samples} dropped (drop_last)" if self.dropped_samples else ""
+        return (
+            f"lightning_shard plan: {self.num_processes} processes ({self.mode}), batch size "
+            f"{self.process_batch_size} per process and {self.global_batch_size} global, {steps} optimizer "
+            f"steps per epoch, {padded} samples padded in the last step{dropped}, {self.scheduler_scaling}"
+        )
+
+
+def plan_for(
+    loader: ShardLoader,
+    scaling: SchedulerScaling,
+    *,
+    num_training_batches: float,
+    accumulate_grad_batches: int,
+) -> ShardPlan:
+    """The plan of ``loader`` for a fit that runs ``num_training_batches`` batches per epoch."""
+    state = LoaderState.from_dict(loader.state_dict(steps=0))
+    global_batch = loader.total_batch_size
+    batches = sized_len(loader)
+    padded, dropped = _padding(state, batches, global_batch)
+    steps = (
+        None
+        if math.isinf(num_training_batches)
+        else math.ceil(num_training_batches / accumulate_grad_batches)
+    )
+    per_process = state.batch_size
+    if state.split_batches and per_process is not None:
+        per_process //= state.num_processes
+    return ShardPlan(
+        num_processes=state.num_processes,
+        process_batch_size=per_process,
+        global_batch_size=global_batch,
+        batches_per_epoch=batches,
+        steps_per_epoch=steps,
+        dataset_length=state.dataset_length,
+        padded_samples=padded,
+        dropped_samples=dropped,
+        scheduler_scaling=scaling.describe(),
+        mode=state.mode,
+    )
+
+
+def _padding(state: LoaderState, batches: int | None, global_batch: int) -> tuple[int | None, int | None]:
+    """(padded, dropped) samples of a whole epoch; ``None`` when the lengths are unknown."""
+    if batches is None or state.dataset_length is None:
+        return None, None
+    covered = batches * global_batch
+    if state.drop_last:
+        return 0, max(state.dataset_length - covered, 0)
+    if not state.even_batches:
+        return 0, 0
+    if state.mode == "dispatch":
+        return _dispatch_padding(state.dataset_length % global_batch, state.num_processes), 0
+    return max(covered - state.dataset_length, 0), 0
+
+
+def _dispatch_padding(rows: int, num_processes: int) -> int:
+    """A dispatched last global batch of ``rows`` rows is completed to the next multiple of ``N``."""
+    short = rows % num_processes
+    return num_processes - short if short else 0

@@ -1,0 +1,123 @@
+"""Real 2-process ``lightning.Trainer`` runs for ``test_lightning_fit.py``, one scenario per call:
+
+    python tests/_lightning_scenarios.py SCENARIO OUT_DIR
+
+Each scenario writes what every process saw to ``OUT_DIR``; the tests read it back and check it. The
+strategy is ``"shard"`` (Lightning re-runs this script for process 1, which then lives through every
+fit of the scenario); run it as a subprocess so that a hang ends in a timeout, not a stalled suite.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch.utils.data import DataLoader
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from _lightning_app import IdWriter, IndexStream, Recorder, SizedIndexStream, loader  # noqa: E402
+
+import lightning_shard  # noqa: E402,F401 - registers the "shard" strategies
+from lightning_shard.lightning import ShardStrategy  # noqa: E402
+
+
+def trainer(out: Path, strategy: Any = "shard", devices: int = 2, **kwargs: Any) -> pl.Trainer:
+    settings: dict[str, Any] = {
+        "accelerator": "cpu",
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "enable_checkpointing": False,
+        "num_sanity_val_steps": 0,
+        "default_root_dir": str(out),
+    }
+    settings.update(kwargs)
+    return pl.Trainer(strategy=strategy, devices=devices, **settings)
+
+
+def basic(out: Path) -> None:
+    """Shuffled training over 2 epochs with a per-step scheduler, exact validation, test and predict."""
+    model = Recorder(str(out), scheduler="lambda")
+    fit = trainer(out, max_epochs=2)
+    fit.fit(model, loader(50, 4, shuffle=True), loader(103, 8))
+    trainer(out).test(model, loader(103, 8))
+    trainer(out, callbacks=[IdWriter(str(out))]).predict(model, loader(37, 4), return_predictions=False)
+
+
+def split(out: Path) -> None:
+    """``split_batches=True``: each global batch of 8 is split in two; the scheduler steps once."""
+    model = Recorder(str(out), scheduler="lambda")
+    strategy = ShardStrategy(split_batches=True)
+    trainer(out, strategy=strategy, max_epochs=1).fit(model, loader(50, 8, shuffle=True), loader(103, 8))
+
+
+def uneven(out: Path) -> None:
+    """``even_batches=False`` in training is refused before any step (it would hang DDP)."""
+    strategy = ShardStrategy(even_batches=False)
+    try:
+        trainer(out, strategy=strategy, max_epochs=1).fit(Recorder(str(out)), loader(50, 4))
+    except Exception as error:  # noqa: BLE001 - the message is what the test checks
+        (out / "error.txt").write_text(str(error))
+
+
+def dispatch(out: Path) -> None:
+    """``dispatch_batches=True`` with an ``IterableDataset``: process 0 loads, the other receives."""
+    strategy = ShardStrategy(dispatch_batches=True, put_on_device=True)
+    data = DataLoader(SizedIndexStream(45), batch_size=4)
+    trainer(out, strategy=strategy, max_epochs=1).fit(Recorder(str(out)), data)
+
+
+def _resume(out: Path, make_loader: Callable[[], DataLoader], stop_after: int) -> None:
+    """An uninterrupted run, a run stopped mid-epoch by a checkpoint, and its resume."""
+    checkpoints = out / "checkpoints"
+    pl.seed_everything(0)
+    trainer(out / "full", max_epochs=2).fit(Recorder(str(out / "full"), scheduler="lambda"), make_loader())
+    pl.seed_everything(0)
+    save = ModelCheckpoint(checkpoints, every_n_train_steps=stop_after, save_top_k=-1, filename="{step}")
+    stop = trainer(out / "stop", max_steps=stop_after, callbacks=[save], enable_checkpointing=True)
+    stop.fit(Recorder(str(out / "stop"), scheduler="lambda"), make_loader())
+    _resume_on(out, make_loader, devices=2)
+
+
+def _resume_on(out: Path, make_loader: Callable[[], DataLoader], devices: int) -> None:
+    (checkpoint,) = (out / "checkpoints").glob("*.ckpt")
+    name = f"resume{devices}"
+    resumed = trainer(out / name, devices=devices, max_epochs=2)
+    resumed.fit(Recorder(str(out / name), scheduler="lambda"), make_loader(), ckpt_path=str(checkpoint))
+
+
+def _shuffled() -> DataLoader:
+    return loader(50, 4, shuffle=True)
+
+
+def resume(out: Path) -> None:
+    _resume(out, _shuffled, stop_after=3)
+
+
+def resume_elastic(out: Path) -> None:
+    """The checkpoint of ``resume`` (2 processes), resumed on 1 process."""
+    _resume_on(out, _shuffled, devices=1)
+
+
+def resume_stream(out: Path) -> None:
+    """Resume with a stream of unknown length, which Lightning reads one batch ahead of training."""
+    _resume(out, lambda: DataLoader(IndexStream(45, sized=False), batch_size=4), stop_after=2)
+
+
+SCENARIOS = {
+    function.__name__: function
+    for function in (basic, split, uneven, dispatch, resume, resume_elastic, resume_stream)
+}
+
+if __name__ == "__main__":
+    name, out_dir = sys.argv[1], Path(sys.argv[2])
+    for directory in ("", "full", "stop", "resume2", "resume1"):
+        (out_dir / directory).mkdir(parents=True, exist_ok=True)
+    pl.seed_everything(0)
+    SCENARIOS[name](out_dir)
