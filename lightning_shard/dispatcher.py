@@ -269,11 +269,23 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
         rows, n = batch_length(batch), self.num_processes
         per = rows // n
         if last and self._needs_padding(batch):
-            batch, per = concatenate([batch, head]), per + 1
+            batch, per = self._padded(batch, head), per + 1
         return [
             self.slice_fn(batch, slice(r * per, (r + 1) * per), process_index=r, num_processes=n)
             for r in range(n)
         ]
+
+    def _padded(self, batch: Any, head: Any) -> Any:
+        try:
+            return concatenate([batch, head])
+        except ValueError as error:
+            rows = batch_length(batch)
+            raise ValueError(
+                f"`dispatch_batches=True`: the epoch's last batch has {rows} rows, not a multiple of the "
+                f"number of processes ({self.num_processes}), so it is completed with the epoch's first rows, "
+                f"but their tensors cannot be concatenated ({error.__cause__ or error}). Set `drop_last=True` "
+                "on the DataLoader, or collate every batch to the same trailing shapes."
+            ) from error
 
 
 class StatefulDataLoaderDispatcher(DataLoaderDispatcher, StatefulDataLoader):
