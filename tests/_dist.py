@@ -36,14 +36,20 @@ def _worker(
         out.put((rank, False, traceback.format_exc()))
 
 
-def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0) -> list[Any]:
-    """Run ``fn(rank, world_size, *args)`` on ``world_size`` gloo processes; return results by rank."""
+def run_distributed(
+    fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0, daemon: bool = True
+) -> list[Any]:
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` gloo processes; return results by rank.
+
+    ``daemon=False`` lets ``fn`` start processes of its own (``DataLoader`` workers); the ranks are
+    still killed on failure or timeout.
+    """
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "rendezvous")
         procs = [
-            ctx.Process(target=_worker, args=(fn, rank, world_size, init_file, args, out), daemon=True)
+            ctx.Process(target=_worker, args=(fn, rank, world_size, init_file, args, out), daemon=daemon)
             for rank in range(world_size)
         ]
         for proc in procs:
