@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader
 
@@ -24,7 +25,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _lightning_app import IdWriter, IndexStream, Recorder, SizedIndexStream, loader  # noqa: E402
 
 import lightning_shard  # noqa: E402,F401 - registers the "shard" strategies
-from lightning_shard.lightning import ShardStrategy  # noqa: E402
+from lightning_shard.lightning import ShardDataModule, ShardStrategy  # noqa: E402
 
 
 def trainer(out: Path, strategy: Any = "shard", devices: int = 2, **kwargs: Any) -> pl.Trainer:
@@ -67,10 +68,13 @@ def uneven(out: Path) -> None:
 
 
 def dispatch(out: Path) -> None:
-    """``dispatch_batches=True`` with an ``IterableDataset``: process 0 loads, the other receives."""
+    """``dispatch_batches=True`` with an ``IterableDataset``: process 0 loads, the other receives.
+
+    The per-epoch scheduler is not scaled by the number of processes.
+    """
     strategy = ShardStrategy(dispatch_batches=True, put_on_device=True)
     data = DataLoader(SizedIndexStream(45), batch_size=4)
-    trainer(out, strategy=strategy, max_epochs=1).fit(Recorder(str(out)), data)
+    trainer(out, strategy=strategy, max_epochs=2).fit(Recorder(str(out), scheduler="epoch"), data)
 
 
 def _resume(out: Path, make_loader: Callable[[], DataLoader], stop_after: int) -> None:
@@ -110,9 +114,39 @@ def resume_stream(out: Path) -> None:
     _resume(out, lambda: DataLoader(IndexStream(45, sized=False), batch_size=4), stop_after=2)
 
 
+class _Data(ShardDataModule):
+    shard_stage_options = {"validate": {"split_batches": True}}
+
+    def train_dataloader(self) -> DataLoader:
+        return loader(50, 4, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return loader(103, 8)
+
+
+class _OneCycle(Recorder):
+    """Sizes a ``OneCycleLR`` from the datamodule inside ``configure_optimizers``."""
+
+    def configure_optimizers(self) -> Any:
+        data = self.trainer.datamodule
+        total = data.scheduler_steps_per_epoch * self.trainer.max_epochs
+        self.records["sizes"] = [data.num_processes, data.global_batch_size, data.steps_per_epoch, total]
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=total)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def on_train_end(self) -> None:
+        self.records["schedule_end"] = [self.trainer.lr_scheduler_configs[0].scheduler.last_epoch]
+
+
+def datamodule(out: Path) -> None:
+    """A ``ShardDataModule`` with a per-stage option, sizing a ``OneCycleLR``, accumulating 2 batches."""
+    trainer(out, max_epochs=2, accumulate_grad_batches=2).fit(_OneCycle(str(out)), datamodule=_Data())
+
+
 SCENARIOS = {
     function.__name__: function
-    for function in (basic, split, uneven, dispatch, resume, resume_elastic, resume_stream)
+    for function in (basic, split, uneven, dispatch, datamodule, resume, resume_elastic, resume_stream)
 }
 
 if __name__ == "__main__":

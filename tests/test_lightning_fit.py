@@ -113,14 +113,27 @@ def test_uneven_training_is_refused(tmp_path_factory: pytest.TempPathFactory) ->
 def test_dispatch_iterable_dataset(tmp_path_factory: pytest.TempPathFactory) -> None:
     out, output = _scenario(tmp_path_factory, "dispatch")
     records = read_records(out, "fit", 2)
-    steps = list(zip(records[0]["train"], records[1]["train"], strict=True))
-    assert len(steps) == 6
+    steps = list(zip(records[0]["train"], records[1]["train"], strict=True))[:6]
+    assert len(records[0]["train"]) == 12
     for step, (first, second) in enumerate(steps[:-1]):
         assert first[2] == list(range(8 * step, 8 * step + 4))
         assert second[2] == list(range(8 * step + 4, 8 * step + 8))
     # 45 samples: the last global batch has 5 rows, completed to 6 with the first sample of the epoch.
     assert steps[-1][0][2] + steps[-1][1][2] == [40, 41, 42, 43, 44, 0]
     assert "(dispatch)" in output and "1 samples padded" in output
+    # StepLR(gamma=0.5) with interval="epoch" steps once after each epoch's last batch, unscaled.
+    assert [lr for _, lr in records[0]["lr"]] == pytest.approx([0.1] * 5 + [0.05] * 6 + [0.025])
+
+
+def test_datamodule_sizes_a_one_cycle_schedule(tmp_path_factory: pytest.TempPathFactory) -> None:
+    out, output = _scenario(tmp_path_factory, "datamodule")
+    records = read_records(out, "fit", 2)
+    # 7 batches per process, 2 per optimizer step: 4 steps per epoch, the schedule advancing 2 per step.
+    assert records[0]["sizes"] == [2, 8, 4, 16]
+    assert records[0]["schedule_end"] == [16], "OneCycleLR ends exactly at total_steps"
+    assert [len(ids) for ids in records[0]["val"]] == [8] * 12 + [7] + [8] * 12 + [7]
+    assert sorted(i for ids in records[0]["val"][:13] for i in ids) == list(range(103))
+    assert "4 optimizer steps per epoch" in output
 
 
 @pytest.fixture(scope="module")
