@@ -1,5 +1,7 @@
 """Batch-level data sharding across processes for PyTorch Lightning, exact and resumable."""
 
+import importlib.util
+
 from lightning_shard.audit import AuditReport, ShardAudit
 from lightning_shard.batch_sampler_shard import BatchSamplerShard
 from lightning_shard.dispatcher import DataLoaderDispatcher
@@ -28,3 +30,11 @@ __all__ = [
     "skip_first_batches",
 ]
 __version__ = "0.1.0"
+
+# NOTE: the Lightning adapter comes last, and only where Lightning is installed: importing it registers
+# the "shard" and "shard_spawn" strategies, so `Trainer(strategy="shard")` works after
+# `import lightning_shard`. The core modules above never import Lightning.
+if importlib.util.find_spec("lightning") is not None:
+    from lightning_shard.lightning import ShardDataModule, ShardPlan, ShardStrategy
+
+    __all__ += ["ShardDataModule", "ShardPlan", "ShardStrategy"]
