@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/plan.py
+	OMP_NUM_THREADS=1 $(PY) examples/train.py
 
 test: $(STAMP)
 	$(PY) -m ruff check lightning_shard tests examples benchmarks
