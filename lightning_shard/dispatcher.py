@@ -16,7 +16,7 @@ from lightning_shard.device import send_to_device
 from lightning_shard.distributed import Topology, communication_device, is_distributed, resolve_topology
 from lightning_shard.resumable import ResumableLoaderMixin, ShardingInfo
 from lightning_shard.state import decode_generator_state
-from lightning_shard.structure import batch_length, concatenate, slice_batch
+from lightning_shard.structure import batch_length, concatenate, same_layout, slice_batch
 from lightning_shard.wire import Channel, Status
 
 _END = object()
@@ -201,19 +201,21 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
 
     def _global_slices(self) -> Iterator[tuple[list[Any], bool]]:
         """Each global batch cut into ``N`` slices, and whether it is the epoch's last."""
-        batches = self._global_batches()
-        first = current = next(batches, _END)
+        groups = self._global_batches()
+        first: Any = next(groups, _END)
+        current = first
         # NOTE: a resumed epoch reads its head only if the last global batch needs padding.
         head = None if current is _END or self._resume_batches else self._head_of(current)
         while current is not _END:
-            following = next(batches, _END)
+            following = next(groups, _END)
             last = following is _END
             if last and head is None and self._needs_padding(current):
                 head = self._resumed_head(first)
             yield self._cut(current, last, head), last
             current = following
 
-    def _global_batches(self) -> Iterator[Any]:
+    def _global_batches(self) -> Iterator[list[Any]]:
+        """The batches of the user's loader that form each global batch (``N``, or 1 with ``split_batches``)."""
         source = super().__iter__()
         group = 1 if self.split_batches else self.num_processes
         skip = 0 if self.cursor is not None else self._resume_batches
@@ -223,23 +225,26 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
             batches = list(itertools.islice(source, group))
             if not batches or (len(batches) < group and self._user_drop_last()):
                 return
-            yield batches[0] if len(batches) == 1 else concatenate(batches)
+            yield batches
 
-    def _head_of(self, batch: Any) -> Any:
-        """The first ``N`` rows of the epoch, used to complete an incomplete last global batch."""
+    def _head_of(self, batches: list[Any]) -> Any:
+        """The first ``N`` rows of the epoch (of ``batches``), to complete an incomplete last global batch."""
+        n = self.num_processes
+        enough = self.slice_fn is slice_batch and batch_length(batches[0]) >= n
         return self.slice_fn(
-            batch, slice(0, self.num_processes), process_index=0, num_processes=self.num_processes
+            _joined(batches[:1] if enough else batches), slice(0, n), process_index=0, num_processes=n
         )
 
-    def _needs_padding(self, batch: Any) -> bool:
-        return not self._user_drop_last() and batch_length(batch) % self.num_processes != 0
+    def _needs_padding(self, batches: list[Any]) -> bool:
+        rows = sum(batch_length(batch) for batch in batches)
+        return not self._user_drop_last() and rows % self.num_processes != 0
 
-    def _resumed_head(self, first: Any) -> Any:
+    def _resumed_head(self, first: list[Any]) -> Any:
         """On a resumed epoch, the head of the epoch: its skipped batches, then ``first`` if too few rows."""
         batches = self._skipped_head if self.cursor is None else self._load_epoch_start()
         if sum(batch_length(batch) for batch in batches) < self.num_processes:
-            batches = [*batches, first]
-        return self._head_of(batches[0] if len(batches) == 1 else concatenate(batches))
+            batches = [*batches, *first]
+        return self._head_of(batches)
 
     def _load_epoch_start(self) -> list[Any]:
         """The epoch's skipped batches holding its first ``N`` rows, read by index; the order is kept."""
@@ -265,15 +270,24 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
         samples = getitems(indices) if callable(getitems) else [self.dataset[index] for index in indices]
         return self.collate_fn(samples)
 
-    def _cut(self, batch: Any, last: bool, head: Any) -> list[Any]:
+    def _cut(self, batches: list[Any], last: bool, head: Any) -> list[Any]:
+        if self._slices_are_batches(batches):
+            return batches
+        batch = _joined(batches)
         rows, n = batch_length(batch), self.num_processes
         per = rows // n
-        if last and self._needs_padding(batch):
+        if last and self._needs_padding(batches):
             batch, per = self._padded(batch, head), per + 1
         return [
             self.slice_fn(batch, slice(r * per, (r + 1) * per), process_index=r, num_processes=n)
             for r in range(n)
         ]
+
+    def _slices_are_batches(self, batches: list[Any]) -> bool:
+        """Whether ``N`` batches of one layout are the slices of their concatenation (no need to join)."""
+        if self.slice_fn is not slice_batch or len(batches) != self.num_processes or len(batches) == 1:
+            return False
+        return same_layout(batches)
 
     def _padded(self, batch: Any, head: Any) -> Any:
         try:
@@ -296,6 +310,10 @@ class StatefulDataLoaderDispatcher(DataLoaderDispatcher, StatefulDataLoader):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         DataLoaderDispatcher.load_state_dict(self, state_dict)
+
+
+def _joined(batches: list[Any]) -> Any:
+    return batches[0] if len(batches) == 1 else concatenate(batches)
 
 
 def _check_group(topology: Topology) -> None:

@@ -119,6 +119,25 @@ def _join(leaves: list[Any]) -> Any:
     return type(leaves[0])(item for leaf in leaves for item in leaf)
 
 
+def same_layout(batches: list[Any]) -> bool:
+    """Whether the batches have one structure and equally shaped, equally typed leaves.
+
+    Then row ``i * rows`` on of their concatenation is batch ``i`` itself, so it need not be built.
+    """
+    flat = [flatten(batch) for batch in batches]
+    node, leaves = flat[0]
+    signature = [_leaf_signature(leaf) for leaf in leaves]
+    return all(
+        other == node and [_leaf_signature(leaf) for leaf in rest] == signature for other, rest in flat[1:]
+    )
+
+
+def _leaf_signature(leaf: Any) -> tuple[Any, ...]:
+    if isinstance(leaf, torch.Tensor):
+        return (leaf.dtype, tuple(leaf.shape))
+    return (type(leaf), len(leaf))
+
+
 def slice_batch(
     batch: Any, index: slice, process_index: int | None = None, num_processes: int | None = None
 ) -> Any:

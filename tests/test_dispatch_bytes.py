@@ -26,16 +26,17 @@ DISPATCH = {"dispatch_batches": True, "put_on_device": True}
 
 
 class Records(Dataset):
-    """Sample ``i``: ``{"x": 16 floats, "y": i}``."""
+    """Sample ``i``: ``{"x": width floats, all i, "y": i}``."""
 
-    def __init__(self, length: int) -> None:
+    def __init__(self, length: int, width: int = 16) -> None:
         self.length = length
+        self.width = width
 
     def __len__(self) -> int:
         return self.length
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        return {"x": torch.full((16,), float(index)), "y": index}
+        return {"x": torch.full((self.width,), float(index)), "y": index}
 
 
 class Ragged(Dataset):
@@ -80,11 +81,16 @@ def _received(loader: Any) -> list[tuple[Any, int, int]]:
     return out
 
 
-def _fixed_records(rank: int) -> dict[str, Any]:
-    loader = prepare_data_loader(DataLoader(Records(40), batch_size=4), **DISPATCH)
+def _fixed_records(rank: int, width: int = 16, batch_size: int = 4) -> dict[str, Any]:
+    loader = prepare_data_loader(
+        DataLoader(Records(10 * batch_size, width), batch_size=batch_size), **DISPATCH
+    )
     batches = _received(loader)
     return {
         "rows": [batch["y"].tolist() for batch, _, _ in batches],
+        "x_matches_y": all(
+            torch.equal(batch["x"], batch["y"].float()[:, None].expand(-1, width)) for batch, _, _ in batches
+        ),
         "received": [(got, data) for _, got, data in batches],
         "total": loader.bytes_received,
     }
@@ -123,6 +129,7 @@ def _stop_together(rank: int) -> dict[str, Any]:
 def run_bytes(rank: int, world_size: int) -> dict[str, Any]:
     return {
         "fixed": _fixed_records(rank),
+        "large": _fixed_records(rank, width=1024, batch_size=32),
         "ragged": _ragged(rank, 24),
         "ragged_padded": _ragged(rank, 21),
         "not_concatenable": _not_concatenable(rank),
@@ -146,6 +153,15 @@ def test_each_process_receives_its_slice_and_the_layout_once(results: list[dict[
     assert HEADER + first[1] < first[0] < HEADER + first[1] + 2000, "the first batch carries the layout"
     assert results[1]["fixed"]["total"] < 1.1 * sum(data for _, data in received) + 2000
     assert results[0]["fixed"]["rows"][0] == [0, 1, 2, 3] and results[1]["fixed"]["rows"][0] == [4, 5, 6, 7]
+
+
+def test_large_tensors_travel_alone_and_arrive_intact(results: list[dict[str, Any]]) -> None:
+    # x: 32 rows x 1024 float32 = 128 KiB, sent and received without packing.
+    received = results[1]["large"]["received"]
+    assert all(data == 32 * 1024 * 4 + 32 * 8 for _, data in received)
+    assert all(got == HEADER + data for got, data in received[1:])
+    assert all(result["large"]["x_matches_y"] for result in results)
+    assert [rows[0] for rows in results[1]["large"]["rows"]] == list(range(32, 320, 64))
 
 
 def test_variable_length_tensors_split_and_resend_the_layout_only_on_change(
