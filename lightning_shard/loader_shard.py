@@ -146,15 +146,18 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         synchronize_rng_states(self.rng_types, self.synchronized_generator)
         self._begin_epoch()
-        return self._look_ahead(itertools.islice(super().__iter__(), self._discard, None))
+        batches = super().__iter__()
+        return self._look_ahead(itertools.islice(batches, self._discard, None) if self._discard else batches)
 
     def _look_ahead(self, batches: Iterator[Any]) -> Iterator[Any]:
         """Yield batches one behind the DataLoader, so the last one is known to be the last."""
-        agree = _streams_must_agree(self.dataset)
-        current = self._fetch(batches, agree, self._steps)
+        fetch = self._fetch if _streams_must_agree(self.dataset) else _next
+        device, non_blocking = self.device, self.non_blocking
+        current = fetch(batches, self._steps)
         while current is not _END:
-            current = send_to_device(current, self.device, self.non_blocking)
-            following = self._fetch(batches, agree, self._steps + 1)
+            if device is not None:
+                current = send_to_device(current, device, non_blocking)
+            following = fetch(batches, self._steps + 1)
             self.end_of_dataloader = following is _END
             self._steps += 1
             yield current
@@ -162,11 +165,10 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         self._finish_epoch()
 
     @staticmethod
-    def _fetch(batches: Iterator[Any], agree: bool, position: int) -> Any:
-        """Batch ``position`` of the epoch, or ``_END``; with ``agree``, checked to end everywhere at once."""
+    def _fetch(batches: Iterator[Any], position: int) -> Any:
+        """Batch ``position`` of the epoch, or ``_END``, checked to end on every process at once."""
         batch = next(batches, _END)
-        if agree:
-            _agree_on_end(batch is _END, position)
+        _agree_on_end(batch is _END, position)
         return batch
 
 
@@ -185,6 +187,11 @@ class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
 
 
 _END = object()
+
+
+def _next(batches: Iterator[Any], position: int) -> Any:
+    """Batch ``position`` of the epoch, or ``_END`` (no check: this process's stream decides)."""
+    return next(batches, _END)
 
 
 def _streams_must_agree(dataset: Any) -> bool:
