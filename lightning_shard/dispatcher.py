@@ -171,8 +171,8 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
             for batch, last in self._global_slices():
                 for peer in range(1, self.num_processes):
                     self._channel(peer).send_batch(batch[peer], last)
-                self._steps += 1
-                self.end_of_dataloader = last
+                self._progress.steps += 1
+                self._progress.end = last
                 yield send_to_device(batch[0], self.device, self.non_blocking)
         except Exception as error:
             for peer in range(1, self.num_processes):
@@ -192,8 +192,8 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
                 raise RuntimeError(f"Process 0 failed while loading the batch to dispatch: {batch}")
             if status is Status.STOP:
                 break
-            self._steps += 1
-            self.end_of_dataloader = status is Status.LAST
+            self._progress.steps += 1
+            self._progress.end = status is Status.LAST
             yield send_to_device(batch, self.device, self.non_blocking)
             if status is Status.LAST:
                 break
