@@ -87,12 +87,12 @@ def test_plan_is_logged_once_and_kept(basic: tuple[Path, str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def split(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    return _scenario(tmp_path_factory, "split")
+def modes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    return _scenario(tmp_path_factory, "modes")
 
 
-def test_split_batches(split: tuple[Path, str]) -> None:
-    records = read_records(split[0], "fit", 2)
+def test_split_batches(modes: tuple[Path, str]) -> None:
+    records = read_records(modes[0] / "split", "fit", 2)
     for step, lr in records[0]["lr"]:
         assert lr == pytest.approx(0.1 / (1 + step))
     ids = _epoch_ids(records, 0)
@@ -101,18 +101,17 @@ def test_split_batches(split: tuple[Path, str]) -> None:
         assert len(first[2]) == len(second[2]) == 4 and not set(first[2]) & set(second[2])
     assert [len(ids) for ids in records[0]["val"]] == [8] * 12 + [7]
     assert sorted(i for ids in records[0]["val"] for i in ids) == list(range(103))
-    assert "x1 per optimizer step (split_batches)" in split[1]
+    assert "x1 per optimizer step (split_batches)" in modes[1]
 
 
-def test_uneven_training_is_refused(tmp_path_factory: pytest.TempPathFactory) -> None:
-    out, _ = _scenario(tmp_path_factory, "uneven")
-    message = (out / "error.txt").read_text()
+def test_uneven_training_is_refused(modes: tuple[Path, str]) -> None:
+    message = (modes[0] / "uneven" / "error.txt").read_text()
     assert "`even_batches=False`" in message and "[7, 6]" in message and "drop_last=True" in message
 
 
-def test_dispatch_iterable_dataset(tmp_path_factory: pytest.TempPathFactory) -> None:
-    out, output = _scenario(tmp_path_factory, "dispatch")
-    records = read_records(out, "fit", 2)
+def test_dispatch_iterable_dataset(modes: tuple[Path, str]) -> None:
+    out, output = modes
+    records = read_records(out / "dispatch", "fit", 2)
     steps = list(zip(records[0]["train"], records[1]["train"], strict=True))[:6]
     assert len(records[0]["train"]) == 12
     for step, (first, second) in enumerate(steps[:-1]):

@@ -201,9 +201,8 @@ def test_gather_in_process_order_on_two_processes() -> None:
 
 def _progress(ready: int, last: bool = False, epoch: int = 0) -> Any:
     progress = SimpleNamespace(current=SimpleNamespace(ready=ready), is_last_batch=last)
-    return SimpleNamespace(
-        fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=progress)), current_epoch=epoch
-    )
+    loop = SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=progress))
+    return SimpleNamespace(fit_loop=loop, current_epoch=epoch, train_dataloader=None)
 
 
 def _shuffled(num_processes: int, process_index: int) -> Any:

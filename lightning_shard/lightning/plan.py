@@ -46,10 +46,14 @@ class ShardPlan:
         padded = "unknown" if self.padded_samples is None else str(self.padded_samples)
         dropped = f", {self.dropped_samples} dropped (drop_last)" if self.dropped_samples else ""
         return (
-            f"lightning_shard plan: {self.num_processes} processes ({self.mode}), batch size "
+            f"lightning_shard plan: {_count(self.num_processes, 'process')} ({self.mode}), batch size "
             f"{self.process_batch_size} per process and {self.global_batch_size} global, {steps} optimizer "
             f"steps per epoch, {padded} samples padded in the last step{dropped}, {self.scheduler_scaling}"
         )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}es"
 
 
 def plan_for(

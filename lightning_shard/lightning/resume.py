@@ -24,7 +24,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from lightning_shard.lightning.loaders import ShardLoader
+from lightning_shard.lightning.loaders import ShardLoader, flatten_loaders
 from lightning_shard.state import LoaderState, encode_generator_state
 
 
@@ -52,6 +52,10 @@ class _ConsumedState:
         progress = self.trainer.fit_loop.epoch_loop.batch_progress
         if progress.is_last_batch:
             return next_epoch_state(self.loader, self.trainer.current_epoch + 1)
+        if len(flatten_loaders(self.trainer.train_dataloader)) > 1:
+            # NOTE: with several training loaders Lightning's batch count is not this loader's (a shorter
+            # one cycles); it reads no batch ahead of a loader with a length, so what it yielded is exact.
+            return type(self.loader).state_dict(self.loader)
         return _own_state(self.loader, progress.current.ready)
 
 
