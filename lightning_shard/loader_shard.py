@@ -151,25 +151,18 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
 
     def _look_ahead(self, batches: Iterator[Any]) -> Iterator[Any]:
         """Yield batches one behind the DataLoader, so the last one is known to be the last."""
-        fetch = self._fetch if _streams_must_agree(self.dataset) else _next
+        agreement = _EndAgreement() if _streams_must_agree(self.dataset) else None
         device, non_blocking = self.device, self.non_blocking
-        current = fetch(batches, self._steps)
-        while current is not _END:
+        current = _fetch(batches, agreement, self._steps)
+        while _agreed(current, agreement) is not _END:
             if device is not None:
                 current = send_to_device(current, device, non_blocking)
-            following = fetch(batches, self._steps + 1)
+            following = _fetch(batches, agreement, self._steps + 1)
             self.end_of_dataloader = following is _END
             self._steps += 1
             yield current
             current = following
         self._finish_epoch()
-
-    @staticmethod
-    def _fetch(batches: Iterator[Any], position: int) -> Any:
-        """Batch ``position`` of the epoch, or ``_END``, checked to end on every process at once."""
-        batch = next(batches, _END)
-        _agree_on_end(batch is _END, position)
-        return batch
 
 
 class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
@@ -189,19 +182,25 @@ class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
 _END = object()
 
 
-def _next(batches: Iterator[Any], position: int) -> Any:
-    """Batch ``position`` of the epoch, or ``_END`` (no check: this process's stream decides)."""
-    return next(batches, _END)
+def _fetch(batches: Iterator[Any], agreement: _EndAgreement | None, position: int) -> Any:
+    """Batch ``position`` of the epoch, or ``_END``; with an agreement, its check starts now."""
+    batch = next(batches, _END)
+    if agreement is not None:
+        agreement.start(batch is _END, position)
+    return batch
+
+
+def _agreed(batch: Any, agreement: _EndAgreement | None) -> Any:
+    """``batch``, once every process agrees on whether the stream ended there."""
+    if agreement is not None:
+        agreement.settle()
+    return batch
 
 
 def _streams_must_agree(dataset: Any) -> bool:
     """Whether this iterable shard's processes must check, batch by batch, that they end together.
 
-    NOTE (SPEC D6): every process reads the whole stream, so all end together exactly when the
-    stream is the same on every process. One one-element all-reduce per batch checks that before any
-    process takes a step the others will not take; a check at the end of the epoch would come after
-    such a step, and pair with a collective of it (gloo aborts on that mismatch). Only when the
-    process group is the data-parallel group, so that every member iterates this loader.
+    Only when the process group is the data-parallel group, so that every member iterates this loader.
     """
     return (
         isinstance(dataset, IterableDatasetShard)
@@ -211,20 +210,39 @@ def _streams_must_agree(dataset: Any) -> bool:
     )
 
 
-def _agree_on_end(ended: bool, position: int) -> None:
-    """Raise on every process at once if the stream ended on some processes but not on others."""
-    flag = torch.tensor([int(ended)], dtype=torch.int64, device=communication_device())
-    dist.all_reduce(flag)
-    count, world = int(flag.item()), dist.get_world_size()
-    if 0 < count < world:
-        ended_on = [rank for rank, done in enumerate(all_gather_objects(ended)) if done]
-        raise RuntimeError(
-            f"The iterable dataset ran out on processes {ended_on} of {world} after {position} batches, but "
-            "not on the others: it yields different elements on different processes. Every process "
-            "reads the whole stream and keeps its own slice, so make the dataset yield the same stream "
-            "on every process (do not split it by rank yourself), or shard it yourself and use a plain "
-            "`DataLoader` without `prepare_data_loader`."
-        )
+class _EndAgreement:
+    """Checks that an iterable shard's stream ends on every process at the same batch (SPEC D6).
+
+    NOTE: every process reads the whole stream, so all end together exactly when the stream is the
+    same on every process. Each fetch starts a one-element all-reduce of "the stream ended here",
+    waited for only before that batch is yielded: its latency overlaps the step on the batch before.
+    A check at the end of the epoch would come too late, after a step one process takes alone, and
+    would pair with that step's collectives (gloo aborts on such a mismatch).
+    """
+
+    def __init__(self) -> None:
+        self._pending: tuple[bool, int, torch.Tensor, Any] | None = None
+
+    def start(self, ended: bool, position: int) -> None:
+        flag = torch.tensor([int(ended)], dtype=torch.int64, device=communication_device())
+        self._pending = (ended, position, flag, dist.all_reduce(flag, async_op=True))
+
+    def settle(self) -> None:
+        """Wait for the started check; raise on every process at once if only some streams ended."""
+        assert self._pending is not None  # NOTE: each settle follows its start in `_look_ahead`.
+        ended, position, flag, work = self._pending
+        self._pending = None
+        work.wait()
+        count, world = int(flag.item()), dist.get_world_size()
+        if 0 < count < world:
+            ended_on = [rank for rank, done in enumerate(all_gather_objects(ended)) if done]
+            raise RuntimeError(
+                f"The iterable dataset ran out on processes {ended_on} of {world} after {position} batches, "
+                "but not on the others: it yields different elements on different processes. Every process "
+                "reads the whole stream and keeps its own slice, so make the dataset yield the same stream "
+                "on every process (do not split it by rank yourself), or shard it yourself and use a plain "
+                "`DataLoader` without `prepare_data_loader`."
+            )
 
 
 def _length(dataset: Any) -> int | None:
