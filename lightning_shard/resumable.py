@@ -118,7 +118,15 @@ class ResumableLoaderMixin:
         return self._epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Select ``epoch``; it reaches the sampler, the batch sampler and every wrapper in between."""
+        """Select ``epoch``; it reaches the sampler, the batch sampler and every wrapper in between.
+
+        Selecting another epoch than the one being iterated abandons that one: the next ``iter()``,
+        and ``state_dict()`` until then, start ``epoch`` from its beginning.
+        """
+        if epoch != self._epoch and self._in_epoch:
+            # NOTE: e.g. Lightning stops after `len(loader)` batches, without exhausting the iterator.
+            self._in_epoch = False
+            self._steps, self._base = 0, 0
         self._epoch = epoch
         self._forward_epoch(epoch)
 

@@ -136,6 +136,23 @@ def test_resume_with_workers(case: LoaderCase) -> None:
         assert [take(loader), take(loader)] == [full[0][steps:], full[1]]
 
 
+@pytest.mark.parametrize("case", [SAME_SIZE_CASES[1], SAME_SIZE_CASES[3], SAME_SIZE_CASES[7]], ids=str)
+def test_set_epoch_during_an_epoch_abandons_it(case: LoaderCase) -> None:
+    # NOTE: Lightning stops after `len(loader)` batches without exhausting the iterator, then selects
+    # the next epoch; a state saved then must start that epoch, from the generator as it is.
+    full = [take(loader) for loader in [build(case, 2, 1)] for _ in range(2)]
+    for steps in (len(full[0]), 2):
+        loader = stopped(case, 2, 1, 0, steps)
+        loader.set_epoch(1)
+        state = loader.state_dict()
+        assert (state["epoch"], state["steps"]) == (1, 0)
+        fresh = resumed(case, 2, 1, state)
+        following = [take(loader), take(loader)]
+        assert [take(fresh), take(fresh)] == following
+        if steps == len(full[0]):
+            assert following[0] == full[1]
+
+
 def test_state_dict_is_plain_versioned_json() -> None:
     for case in [SAME_SIZE_CASES[0], SAME_SIZE_CASES[3], SAME_SIZE_CASES[7], DISPATCH_ONE_PROCESS_CASES[0]]:
         state = stopped(case, 1, 0, 0, 2).state_dict()
