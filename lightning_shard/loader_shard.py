@@ -152,14 +152,14 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
     def _look_ahead(self, batches: Iterator[Any]) -> Iterator[Any]:
         """Yield batches one behind the DataLoader, so the last one is known to be the last."""
         agreement = _EndAgreement() if _streams_must_agree(self.dataset) else None
-        device, non_blocking = self.device, self.non_blocking
-        current = _fetch(batches, agreement, self._steps)
+        device, non_blocking, progress = self.device, self.non_blocking, self._progress
+        current = _fetch(batches, agreement, progress.steps)
         while _agreed(current, agreement) is not _END:
             if device is not None:
                 current = send_to_device(current, device, non_blocking)
-            following = _fetch(batches, agreement, self._steps + 1)
-            self.end_of_dataloader = following is _END
-            self._steps += 1
+            following = _fetch(batches, agreement, progress.steps + 1)
+            progress.end = following is _END
+            progress.steps += 1
             yield current
             current = following
         self._finish_epoch()
