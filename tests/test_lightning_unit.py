@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -334,6 +336,16 @@ def test_datamodule_sizes_under_shard_strategy() -> None:
 
 
 # -- the core stays free of Lightning --------------------------------------------------------------
+
+
+def test_core_import_leaves_lightning_alone_until_it_is_imported() -> None:
+    script = (
+        "import sys, lightning_shard\n"
+        "assert 'lightning' not in sys.modules, 'importing the core must not import Lightning'\n"
+        "from lightning.pytorch.strategies import StrategyRegistry\n"
+        "assert {'shard', 'shard_spawn'} <= set(StrategyRegistry), 'registered once Lightning is imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
 
 
 def test_core_modules_do_not_import_lightning() -> None:
