@@ -34,22 +34,18 @@ class IndexDataset(Dataset):
 
 
 class IndexStream(IterableDataset):
-    """The samples of ``IndexDataset`` as a stream; ``sized=False`` hides its length."""
+    """The samples of ``IndexDataset`` as a stream of unknown length."""
 
-    def __init__(self, length: int, sized: bool = True) -> None:
+    def __init__(self, length: int) -> None:
         self.length = length
-        self.sized = sized
 
     def __iter__(self) -> Any:
         return (IndexDataset(self.length)[index] for index in range(self.length))
 
-    def __getattr__(self, name: str) -> Any:
-        if name == "__len__" and self.sized:
-            return lambda: self.length
-        raise AttributeError(name)
-
 
 class SizedIndexStream(IndexStream):
+    """``IndexStream`` with a length."""
+
     def __len__(self) -> int:
         return self.length
 

@@ -118,7 +118,7 @@ def resume_elastic(out: Path) -> None:
 
 def resume_stream(out: Path) -> None:
     """Resume with a stream of unknown length, which Lightning reads one batch ahead of training."""
-    _resume(out, lambda: DataLoader(IndexStream(45, sized=False), batch_size=4), stop_after=2)
+    _resume(out, lambda: DataLoader(IndexStream(45), batch_size=4), stop_after=2)
 
 
 class _Data(ShardDataModule):
