@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from torch.utils.data import BatchSampler
@@ -25,6 +25,8 @@ class EpochCursor(BatchSampler):
         self.start = 0
         self.consumed = 0
         self.epoch = 0
+        self.observer: Callable[[Iterator[Any]], Iterator[Any]] | None = None
+        """Wraps each iteration's batches of indices when set (``ShardAuditCallback`` records them)."""
 
     @property
     def batch_size(self) -> int | None:  # type: ignore[override]
@@ -48,6 +50,10 @@ class EpochCursor(BatchSampler):
         forward_epoch(self.batch_sampler, epoch)
 
     def __iter__(self) -> Iterator[Any]:
+        batches = self._batches()
+        return batches if self.observer is None else self.observer(batches)
+
+    def _batches(self) -> Iterator[Any]:
         iter_from = getattr(self.batch_sampler, "iter_from", None)
         if callable(iter_from):
             return iter_from(self.start, consumed=self.consumed)

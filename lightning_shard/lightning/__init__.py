@@ -6,6 +6,7 @@ Importing it registers ``ShardStrategy`` in Lightning's ``StrategyRegistry`` as 
 
 from lightning.pytorch.strategies import StrategyRegistry
 
+from lightning_shard.lightning.audit_callback import EpochAudit, ShardAuditCallback
 from lightning_shard.lightning.callback import ShardEpochCallback
 from lightning_shard.lightning.datamodule import ShardDataModule
 from lightning_shard.lightning.plan import ShardPlan
@@ -19,4 +20,12 @@ def register_strategies() -> None:
 
 register_strategies()
 
-__all__ = ["ShardDataModule", "ShardEpochCallback", "ShardPlan", "ShardStrategy", "register_strategies"]
+__all__ = [
+    "EpochAudit",
+    "ShardAuditCallback",
+    "ShardDataModule",
+    "ShardEpochCallback",
+    "ShardPlan",
+    "ShardStrategy",
+    "register_strategies",
+]

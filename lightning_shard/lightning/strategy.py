@@ -18,6 +18,7 @@ from typing_extensions import override
 
 from lightning_shard.distributed import Topology
 from lightning_shard.lightning._private import disable_sampler_injection
+from lightning_shard.lightning.audit_callback import EpochAudit, ShardAuditCallback
 from lightning_shard.lightning.callback import ShardEpochCallback
 from lightning_shard.lightning.gather import gather_in_process_order, keep_first
 from lightning_shard.lightning.loaders import (
@@ -53,7 +54,13 @@ class ShardStrategy(DDPStrategy):
             ``prepare_data_loader`` (``ShardOptions``); ``rng_types`` defaults to ``["generator"]``.
         step_scheduler_with_optimizer: step ``interval="step"`` schedulers ``N`` times per optimizer
             step (once with ``split_batches``); ``False`` steps them once, as Lightning does.
+        audit: check every training epoch's samples (``ShardAuditCallback``): rank 0 logs the samples
+            covered, the duplicates beyond the padding and the samples missing.
+        audit_raise: with ``audit``, raise ``RuntimeError`` on every process after an epoch with a problem.
         **kwargs: any ``DDPStrategy`` argument (``find_unused_parameters``, ``timeout``, ``start_method``, ...).
+            ``timeout`` (Lightning's default: 30 minutes) bounds how long a process waits for a peer that
+            is alive but stuck, and also the start-up rendezvous; a killed peer ends the others at once
+            on gloo (see ``benchmarks/RELIABILITY.md``).
 
     Raises:
         ValueError / TypeError: on inconsistent options (see ``ShardOptions``).
@@ -73,6 +80,8 @@ class ShardStrategy(DDPStrategy):
         use_stateful_dataloader: bool = False,
         slice_fn_for_dispatch: Callable[..., Any] | None = None,
         step_scheduler_with_optimizer: bool = True,
+        audit: bool = False,
+        audit_raise: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -97,6 +106,7 @@ class ShardStrategy(DDPStrategy):
         self._dataloader_idx = 0
         self._connected_trainer: pl.Trainer | None = None
         self._epoch_callback = ShardEpochCallback()
+        self._audit_callback = _audit_callback(audit, audit_raise)
 
     # -- where we are -------------------------------------------------------------------------------
     @property
@@ -126,6 +136,11 @@ class ShardStrategy(DDPStrategy):
             )
         return self._connected_trainer
 
+    @property
+    def audits(self) -> list[EpochAudit]:
+        """The audit of each training epoch so far (with ``audit=True``; the same on every process)."""
+        return [] if self._audit_callback is None else self._audit_callback.audits
+
     def options_for(self, stage: str) -> ShardOptions:
         """The options of ``stage``'s loaders: the strategy's, then the datamodule's overrides.
 
@@ -145,8 +160,9 @@ class ShardStrategy(DDPStrategy):
         trainer = self._connected_trainer = model.trainer
         disable_sampler_injection(trainer)
         callbacks: list[Any] = getattr(trainer, "callbacks")  # noqa: B009 - set by a connector, unseen by mypy
-        if self._epoch_callback not in callbacks:
-            callbacks.append(self._epoch_callback)
+        for callback in (self._epoch_callback, self._audit_callback):
+            if callback is not None and callback not in callbacks:
+                callbacks.append(callback)
 
     @override
     def process_dataloader(self, dataloader: object) -> object:
@@ -160,6 +176,8 @@ class ShardStrategy(DDPStrategy):
         if stage == "train" and is_shard_loader(loader):
             loader.set_epoch(trainer.current_epoch)
             bind_lightning_state(loader, trainer, lambda: self._epoch_callback.reload_next_epoch(trainer))
+            if self._audit_callback is not None:
+                self._audit_callback.watch(loader)
         return loader
 
     @override
@@ -240,6 +258,18 @@ class ShardStrategy(DDPStrategy):
                     description=f"lightning_shard's ShardStrategy with `start_method` '{start_method}'",
                     start_method=start_method,
                 )
+
+
+def _audit_callback(audit: bool, audit_raise: bool) -> ShardAuditCallback | None:
+    for name, value in (("audit", audit), ("audit_raise", audit_raise)):
+        if not isinstance(value, bool):
+            raise TypeError(f"`{name}` must be True or False, got {value!r}.")
+    if audit_raise and not audit:
+        raise ValueError(
+            "`audit_raise=True` raises when the shard audit finds a problem, but `audit=False` turns the "
+            "audit off. Set `audit=True` as well, or leave `audit_raise=False`."
+        )
+    return ShardAuditCallback(raise_on_problem=audit_raise) if audit else None
 
 
 def _stage_loaders(trainer: pl.Trainer) -> Any:

@@ -1,0 +1,245 @@
+"""``ShardAuditCallback``: which samples each training epoch consumed, checked on every epoch's end.
+
+``ShardStrategy(audit=True)`` adds it to the trainer and shows it every training loader it shards. The
+indices come from the loader's index source (its ``EpochCursor``), so any map-style dataset can be
+audited, whatever its samples hold. The cursor runs ahead of training (the ``DataLoader`` prefetches,
+workers prefetch more, a process of a dispatched loader loads a whole global batch), so the indices it
+yields wait in a queue and each training step that ends takes the oldest: only consumed batches count.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from typing_extensions import override
+
+from lightning_shard.audit import AuditReport, ShardAudit, expected_padding_and_missing
+from lightning_shard.dispatcher import DataLoaderDispatcher
+from lightning_shard.distributed import all_gather_objects
+from lightning_shard.lightning.loaders import ShardLoader, flatten_loaders, is_shard_loader
+from lightning_shard.state import LoaderState
+
+
+class IndexTap:
+    """Queues the batches of indices a loader's cursor yields, until the training steps consume them.
+
+    Args:
+        per_step: batches of the cursor per training step (``N`` on process 0 of a dispatched loader
+            without ``split_batches``, else 1).
+    """
+
+    def __init__(self, per_step: int = 1) -> None:
+        self.per_step = per_step
+        self.pending: deque[Any] = deque()
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """Observe a new iteration of the cursor; what the previous one read ahead was never consumed."""
+        self.pending.clear()
+        return self._queued(batches)
+
+    def _queued(self, batches: Iterator[Any]) -> Iterator[Any]:
+        for indices in batches:
+            self.pending.append(indices)
+            yield indices
+
+    def take(self) -> list[Any]:
+        """The batches of indices of the step that just ended (none on a process that loads nothing)."""
+        count = min(self.per_step, len(self.pending))
+        return [self.pending.popleft() for _ in range(count)]
+
+
+@dataclass(frozen=True)
+class EpochAudit:
+    """One training epoch's audit: the merged report (the same on every process) and what limits it."""
+
+    epoch: int
+    report: AuditReport
+    resumed_after: int
+    """Samples consumed before this run resumed the epoch; they count as allowed missing."""
+    complete: bool
+    """Whether the epoch ran to its end; if not, missing samples are not checked."""
+
+    @property
+    def ok(self) -> bool:
+        """No duplicates beyond the padding, and no missing samples beyond those allowed."""
+        report = self.report
+        return not report.excess_duplicates and (not self.complete or not report.excess_missing)
+
+    def summary(self) -> str:
+        """The line rank 0 logs: the counts, then OK or the problems with example indices."""
+        report = self.report
+        counts = (
+            f"shard audit, epoch {self.epoch}: {report.dataset_length} samples, {report.covered} covered, "
+            f"{report.duplicates} duplicates ({report.allowed_padding} allowed as padding), "
+            f"{report.missing} missing ({self._missing_allowed()})"
+        )
+        problems = self._problems()
+        return f"{counts}: {'PROBLEM: ' + '; '.join(problems) if problems else 'OK'}"
+
+    def _missing_allowed(self) -> str:
+        if not self.complete:
+            return "not checked: the epoch stopped before its end"
+        allowed = f"{self.report.allowed_missing} allowed"
+        return (
+            f"{allowed}, {self.resumed_after} consumed before the resume" if self.resumed_after else allowed
+        )
+
+    def _problems(self) -> list[str]:
+        report, problems = self.report, []
+        if report.excess_duplicates:
+            examples = _listed(report.duplicate_examples)
+            problems.append(f"{report.excess_duplicates} duplicates beyond the padding (e.g. {examples})")
+        if self.complete and report.excess_missing:
+            problems.append(
+                f"{report.excess_missing} missing samples (e.g. {_listed(report.missing_examples)})"
+            )
+        return problems
+
+    def raise_on_problem(self) -> None:
+        """Raise ``RuntimeError`` with the summary and the usual causes, unless the epoch is OK."""
+        if self.ok:
+            return
+        raise RuntimeError(
+            f"{self.summary()}. Duplicates beyond the padding mean that processes read the same samples (e.g. "
+            "a sampler that shuffles differently on each process); missing samples mean that the data was "
+            "sharded twice (e.g. a sampler that already keeps only this process's share). Give "
+            "`ShardStrategy` loaders that read the whole dataset in the same order on every process, or set "
+            "`audit_raise=False` to only log the audit."
+        )
+
+
+def _listed(indices: tuple[int, ...]) -> str:
+    return ", ".join(map(str, indices)) or "-"
+
+
+class ShardAuditCallback(Callback):
+    """Audits every training epoch: samples covered, duplicates beyond the padding, samples missing.
+
+    At each epoch's end the processes merge their records (``ShardAudit.gather``, a collective) and rank
+    0 logs one line. Each process keeps two bitmaps of ``len(dataset) / 8`` bytes, and receives every
+    process's for the merge. Only map-style datasets with a length and a fixed batch size (indices to
+    record, counts to expect) and a single training loader are audited; otherwise rank 0 says why not.
+
+    Args:
+        raise_on_problem: raise ``RuntimeError`` on every process at the end of an epoch with
+            duplicates beyond the padding or missing samples.
+    """
+
+    def __init__(self, *, raise_on_problem: bool = False) -> None:
+        self.raise_on_problem = raise_on_problem
+        self.audits: list[EpochAudit] = []
+        self._epoch: int | None = None
+        self._loader: ShardLoader | None = None
+        self._audit: ShardAudit | None = None
+        self._resumed_after = 0
+        self._explained: set[str] = set()
+
+    def watch(self, loader: ShardLoader) -> None:
+        """Record what ``loader``'s training steps consume; call it before the loader's first ``iter()``."""
+        cursor = loader.cursor
+        if cursor is None:
+            self._explain("its dataset is iterable, so its samples have no indices to record")
+            return
+        state = _state(loader, 0)
+        if state.dataset_length is None or state.batch_size is None:
+            self._explain("its dataset has no length, or its batches no fixed size")
+            return
+        cursor.observer = IndexTap(_cursor_batches_per_step(loader))
+
+    # -- per step ---------------------------------------------------------------------------------
+    @override
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if self._epoch == trainer.current_epoch:
+            return
+        self._epoch = trainer.current_epoch
+        self._loader = self._training_loader(trainer)
+        self._audit = None
+        if self._loader is not None:
+            self._audit, self._resumed_after = _epoch_audit(self._loader, batch_idx)
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        tap = None if self._loader is None else _tap_of(self._loader)
+        if self._audit is None or tap is None:
+            return
+        for indices in tap.take():
+            self._audit.record_indices(indices)
+
+    # -- per epoch --------------------------------------------------------------------------------
+    @override
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        audit, loader = self._audit, self._loader
+        self._audit, self._loader, self._epoch = None, None, None
+        if audit is None or loader is None:
+            return
+        report = audit.gather().report()
+        # NOTE: agreed by all, so that every process raises, or none: one raising alone would leave the
+        # others waiting in their next collective.
+        complete = all(all_gather_objects(loader.end_of_dataloader))
+        result = EpochAudit(trainer.current_epoch, report, self._resumed_after, complete)
+        self.audits.append(result)
+        rank_zero_info(result.summary())
+        if self.raise_on_problem:
+            result.raise_on_problem()
+
+    def _training_loader(self, trainer: pl.Trainer) -> ShardLoader | None:
+        """The one sharded and watched training loader, or ``None`` (after saying why, once)."""
+        loaders = [loader for loader in flatten_loaders(trainer.train_dataloader) if is_shard_loader(loader)]
+        if len(loaders) != 1:
+            self._explain(f"the fit has {len(loaders)} sharded training loaders, and only one can be audited")
+            return None
+        return loaders[0] if _tap_of(loaders[0]) is not None else None
+
+    def _explain(self, reason: str) -> None:
+        if reason not in self._explained:
+            self._explained.add(reason)
+            rank_zero_info(f"shard audit: not auditing the training loader: {reason}.")
+
+
+def _tap_of(loader: ShardLoader) -> IndexTap | None:
+    observer = getattr(loader.cursor, "observer", None)
+    return observer if isinstance(observer, IndexTap) else None
+
+
+def _cursor_batches_per_step(loader: ShardLoader) -> int:
+    """Batches the cursor yields per step: a dispatcher's process 0 loads the ``N`` batches of a step."""
+    if isinstance(loader, DataLoaderDispatcher) and not loader.split_batches:
+        return loader.num_processes
+    return 1
+
+
+def _state(loader: ShardLoader, steps: int) -> LoaderState:
+    return LoaderState.from_dict(loader.state_dict(steps=steps))  # type: ignore[call-arg]
+
+
+def _epoch_audit(loader: ShardLoader, steps_before: int) -> tuple[ShardAudit, int]:
+    """An empty audit of the epoch in progress, and the samples consumed before this run resumed it.
+
+    ``steps_before`` is Lightning's step count in the epoch when this run takes its first step there (0
+    unless the fit resumed mid-epoch); the loader's state says how many samples those steps consumed,
+    also after a resume on another number of processes. The rest of the epoch is sharded like a
+    dataset of the remaining samples, which sets the padding allowed.
+    """
+    state = _state(loader, steps_before)
+    length, batch_size = state.dataset_length or 0, state.batch_size or 0
+    before = min(state.consumed * batch_size, length)
+    padding, missing = expected_padding_and_missing(
+        length - before,
+        batch_size,
+        state.num_processes,
+        split_batches=state.split_batches,
+        even_batches=state.even_batches,
+        drop_last=state.drop_last,
+        dispatch=state.mode == "dispatch",
+    )
+    return ShardAudit(length, allowed_padding=padding, allowed_missing=before + missing), before
