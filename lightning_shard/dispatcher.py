@@ -141,10 +141,13 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
             self.dataset.set_epoch(epoch)  # type: ignore[attr-defined]
 
     def _seek(self, start: int, base: int) -> None:
-        self._resume_batches = base + start * self._sharding().step_size
+        skipped = start * self._sharding().step_size
+        self._resume_batches = base + skipped
         cursor = self.cursor
         if cursor is not None:
-            cursor.rewind(0, self._resume_batches)
+            # NOTE: the steps already taken go in `start`, not `consumed`, so `len()` keeps counting the
+            # whole epoch (from `base`), as DataLoaderShard's does; Lightning adds its restored count to it.
+            cursor.rewind(skipped, base)
 
     # -- iteration --------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -174,13 +177,18 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
                 self._progress.steps += 1
                 self._progress.end = last
                 yield send_to_device(batch[0], self.device, self.non_blocking)
+            if not last:
+                for peer in range(1, self.num_processes):
+                    self._channel(peer).send_status(Status.STOP)
         except Exception as error:
             for peer in range(1, self.num_processes):
                 self._channel(peer).send_status(Status.ERROR, f"{type(error).__name__}: {error}")
             raise
-        if not last:
-            for peer in range(1, self.num_processes):
-                self._channel(peer).send_status(Status.STOP)
+        finally:
+            # NOTE: sends are asynchronous; each must be delivered before its buffers go, also when the
+            # iteration is abandoned (Lightning stops after `len(loader)` batches) and this is closed.
+            for channel in self._channels.values():
+                channel.flush()
         self._finish_epoch()
 
     def _receive(self) -> Iterator[Any]:
