@@ -25,6 +25,9 @@ from lightning_shard.distributed import all_gather_objects
 from lightning_shard.lightning.loaders import ShardLoader, flatten_loaders, is_shard_loader
 from lightning_shard.state import LoaderState
 
+_BUFFERED = 8192
+"""Indices kept before they are recorded: one bitmap update per few hundred steps, not one per step."""
+
 
 class IndexTap:
     """Queues the batches of indices a loader's cursor yields, until the training steps consume them.
@@ -138,6 +141,7 @@ class ShardAuditCallback(Callback):
         self._loader: ShardLoader | None = None
         self._audit: ShardAudit | None = None
         self._resumed_after = 0
+        self._buffer: list[Any] = []
         self._explained: set[str] = set()
 
     def watch(self, loader: ShardLoader) -> None:
@@ -154,6 +158,11 @@ class ShardAuditCallback(Callback):
 
     # -- per step ---------------------------------------------------------------------------------
     @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # NOTE: a fit that failed mid-epoch left its epoch's records behind.
+        self._epoch, self._loader, self._audit, self._buffer = None, None, None, []
+
+    @override
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
@@ -161,7 +170,7 @@ class ShardAuditCallback(Callback):
             return
         self._epoch = trainer.current_epoch
         self._loader = self._training_loader(trainer)
-        self._audit = None
+        self._audit, self._buffer = None, []
         if self._loader is not None:
             self._audit, self._resumed_after = _epoch_audit(self._loader, batch_idx)
 
@@ -173,11 +182,19 @@ class ShardAuditCallback(Callback):
         if self._audit is None or tap is None:
             return
         for indices in tap.take():
-            self._audit.record_indices(indices)
+            self._buffer.extend(indices)
+        if len(self._buffer) >= _BUFFERED:
+            self._record()
+
+    def _record(self) -> None:
+        if self._audit is not None and self._buffer:
+            self._audit.record_indices(self._buffer)
+        self._buffer = []
 
     # -- per epoch --------------------------------------------------------------------------------
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._record()
         audit, loader = self._audit, self._loader
         self._audit, self._loader, self._epoch = None, None, None
         if audit is None or loader is None:
