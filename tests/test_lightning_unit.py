@@ -271,22 +271,7 @@ def test_same_process_count_loads_unchanged() -> None:
     assert aligned_state(_shuffled(2, 1), state) is state
 
 
-@pytest.mark.parametrize(
-    "dispatch",
-    [
-        False,
-        pytest.param(
-            True,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "core: DataLoaderDispatcher.__len__ after load_state_dict counts only the steps left, while "
-                    "DataLoaderShard counts the whole epoch; Lightning adds the restored step count to it"
-                ),
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("dispatch", [False, True])
 def test_length_after_resume_is_the_whole_epoch(dispatch: bool) -> None:
     """What Lightning needs from a core loader: ``len()`` after a same-size resume is the epoch's length."""
 
