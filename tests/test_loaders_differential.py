@@ -2,14 +2,16 @@
 
 Each rank of a spawned group builds the same user ``DataLoader`` twice, prepares one copy with our
 ``prepare_data_loader`` and one with the reference's (``accelerate.data_loader.prepare_data_loader``,
-with a ``PartialState`` attached to the running group), iterates both for every epoch of the case and
+with an ``Accelerator(cpu=True)`` state attached to the running group), iterates both for every epoch
+of the case and
 returns what each yielded (every leaf, dtype and shape, and ``end_of_dataloader`` at each batch). The
 parent compares them case by case, rank by rank. Many cases run per launch to amortise start-up.
 
 Documented differences from the reference (README, SPEC section 3) that the checks respect:
 
-- an empty dataset with ``dispatch_batches=True``: ours yields no batch on every process, the
-  reference raises; only ours is run there.
+- an epoch without a single global batch under dispatch (an empty dataset, or ``drop_last`` with
+  fewer samples than a global batch): ours yields no batch on every process, the reference raises;
+  only ours is run there.
 - string (non-tensor) leaves of a dispatched batch: ours sends each process its slice; the reference
   cannot dispatch them (it raises). There the reference runs on the same samples with tensors in
   place of the strings, the other tensors are compared, and our strings are checked to belong to the
@@ -17,6 +19,9 @@ Documented differences from the reference (README, SPEC section 3) that the chec
 - a ``RandomSampler`` without generator under dispatch: ours draws its seed at prepare time (so the run
   can be resumed), the reference at each epoch; dispatch cases shuffle with a generator or a seedable
   sampler instead.
+- a ``DeviceMesh`` whose data-parallel dimension is named ``"dp"`` (or ``"fsdp"``): the reference
+  counts only ``"dp_replicate"`` / ``"dp_shard"``, so it does not shard at all there; ours shards over
+  ``"dp"``. The mesh test compares ours with the reference on a ``("dp_shard", "tp")`` mesh.
 """
 
 from __future__ import annotations
@@ -104,11 +109,11 @@ def run_case(case: LoaderCase, rank: int, **extra: Any) -> dict[str, Any]:
 
 
 def _strings_match_tensors(loader: Any) -> bool:
+    """Whether every string leaf of every batch names the samples of the tensors beside it."""
     for batch in loader:
         ids = indices(batch)
-        if list(batch["pair"][1]) != [f"s{i}" for i in ids] or list(batch["point"].b) != [
-            f"p{i}" for i in ids
-        ]:
+        strings = (list(batch["pair"][1]), list(batch["point"].b))
+        if strings != ([f"s{i}" for i in ids], [f"p{i}" for i in ids]):
             return False
     return True
 
