@@ -155,9 +155,11 @@ def _audited_fit(out: Path, data: DataLoader, **kwargs: Any) -> None:
 
 
 def audit(out: Path) -> None:
-    """A correct fit (workers read ahead; then one stopped early), two misused samplers, uneven training."""
+    """Correct fits (workers read ahead; stopped early; dispatched), two misused samplers, uneven training."""
     _audited_fit(out / "correct", loader(LENGTH, BATCH, shuffle=True, num_workers=2))
     _audited_fit(out / "early", loader(LENGTH, BATCH, shuffle=True), max_epochs=1, max_steps=3)
+    dispatch = ShardStrategy(dispatch_batches=True, put_on_device=True, audit=True)
+    _audited_fit(out / "dispatch", loader(45, BATCH, shuffle=True), strategy=dispatch, max_epochs=1)
     _audited_fit(out / "by_hand", DataLoader(IndexDataset(LENGTH), BATCH, sampler=ShardedByHand(LENGTH)))
     _uneven(out / "uneven")
     (out / "per_rank").mkdir(exist_ok=True)

@@ -114,6 +114,14 @@ def test_audit_of_an_epoch_stopped_early_checks_only_duplicates(audited: tuple[P
     )
 
 
+def test_audit_of_a_dispatched_fit_counts_what_process_0_loaded(audited: tuple[Path, str]) -> None:
+    """Process 0 loads both processes' batches; the padding row (45 = 5 x 8 + 5, completed to 6) comes
+    from the epoch's head, outside the index source, so it is allowed but not recorded."""
+    ((epoch, ok, complete, summary),) = _audits(audited[0] / "dispatch")
+    assert (epoch, ok, complete) == (0, True, True)
+    assert "45 samples, 45 covered, 0 duplicates (1 allowed as padding), 0 missing (0 allowed): OK" in summary
+
+
 def test_audit_finds_data_sharded_twice(audited: tuple[Path, str]) -> None:
     """A sampler that keeps only its process's share, sharded again: half of the data is never read."""
     out, _ = audited
