@@ -6,12 +6,11 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from torch.utils.data import BatchSampler
-
 from lightning_shard.epochs import forward_epoch
+from lightning_shard.samplers import BatchSamplerWrapper
 
 
-class EpochCursor(BatchSampler):
+class EpochCursor(BatchSamplerWrapper):
     """Wraps a (sharded) batch sampler; the next iteration starts at ``start`` after ``consumed``.
 
     ``start`` counts this process's batches; ``consumed`` counts batches of the user's batch sampler
@@ -27,18 +26,6 @@ class EpochCursor(BatchSampler):
         self.epoch = 0
         self.observer: Callable[[Iterator[Any]], Iterator[Any]] | None = None
         """Wraps each iteration's batches of indices when set (``ShardAuditCallback`` records them)."""
-
-    @property
-    def batch_size(self) -> int | None:  # type: ignore[override]
-        return getattr(self.batch_sampler, "batch_size", None)
-
-    @property
-    def drop_last(self) -> bool:  # type: ignore[override]
-        return bool(getattr(self.batch_sampler, "drop_last", False))
-
-    @property
-    def sampler(self) -> Any:  # type: ignore[override]
-        return getattr(self.batch_sampler, "sampler", None)
 
     def rewind(self, start: int = 0, consumed: int = 0) -> None:
         """Make the next iteration start at ``start`` after ``consumed`` (both 0: the epoch's start)."""

@@ -99,10 +99,6 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
         return sum(channel.bytes_moved for channel in self._channels.values()) if self.process_index else 0
 
     # -- the pieces ResumableLoaderMixin needs -----------------------------------------------------
-    @property
-    def cursor(self) -> EpochCursor | None:
-        return self.batch_sampler if isinstance(self.batch_sampler, EpochCursor) else None
-
     def _user_drop_last(self) -> bool:
         cursor = self.cursor
         return cursor.drop_last if cursor is not None else bool(self.drop_last)
@@ -132,13 +128,6 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
 
     def _user_sampler(self) -> Any:
         return getattr(self.cursor, "sampler", None)
-
-    def _forward_epoch(self, epoch: int) -> None:
-        cursor = self.cursor
-        if cursor is not None:
-            cursor.set_epoch(epoch)
-        elif callable(getattr(self.dataset, "set_epoch", None)):
-            self.dataset.set_epoch(epoch)  # type: ignore[attr-defined]
 
     def _seek(self, start: int, base: int) -> None:
         skipped = start * self._sharding().step_size

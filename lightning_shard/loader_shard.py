@@ -15,7 +15,6 @@ from lightning_shard._checks import check_non_negative
 from lightning_shard.cursor import EpochCursor
 from lightning_shard.device import send_to_device
 from lightning_shard.distributed import all_gather_objects, communication_device, is_distributed
-from lightning_shard.epochs import forward_epoch
 from lightning_shard.iterable_shard import IterableDatasetShard
 from lightning_shard.resumable import ResumableLoaderMixin, ShardingInfo
 from lightning_shard.rng import normalize_rng_types, synchronize_rng_states
@@ -70,14 +69,6 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
 
     # -- the pieces ResumableLoaderMixin needs -----------------------------------------------------
     @property
-    def cursor(self) -> EpochCursor | None:
-        """The index source that makes map-style resumption arithmetic (``None`` for iterable data)."""
-        for candidate in (self.batch_sampler, self.sampler):
-            if isinstance(candidate, EpochCursor):
-                return candidate
-        return None
-
-    @property
     def _shard(self) -> Any:
         cursor = self.cursor
         return cursor.batch_sampler if cursor is not None else self.dataset
@@ -115,15 +106,6 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
 
     def _user_sampler(self) -> Any:
         return getattr(self._shard, "sampler", None)
-
-    def _forward_epoch(self, epoch: int) -> None:
-        cursor = self.cursor
-        if cursor is not None:
-            cursor.set_epoch(epoch)
-        elif callable(getattr(self.dataset, "set_epoch", None)):
-            self.dataset.set_epoch(epoch)  # type: ignore[attr-defined]
-        else:
-            forward_epoch(self.batch_sampler, epoch)
 
     def _seek(self, start: int, base: int) -> None:
         cursor = self.cursor

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from lightning_shard.cursor import EpochCursor
+from lightning_shard.epochs import forward_epoch
 from lightning_shard.samplers import SeedableRandomSampler
 from lightning_shard.state import LoaderState, decode_generator_state, encode_generator_state
 
@@ -87,8 +89,23 @@ class ResumableLoaderMixin:
         """The index sampler under the loader's batch sampler, if any."""
         raise NotImplementedError
 
+    @property
+    def cursor(self) -> EpochCursor | None:
+        """The index source that makes map-style resumption arithmetic (``None`` for iterable data)."""
+        for candidate in (getattr(self, "batch_sampler", None), getattr(self, "sampler", None)):
+            if isinstance(candidate, EpochCursor):
+                return candidate
+        return None
+
     def _forward_epoch(self, epoch: int) -> None:
-        raise NotImplementedError
+        """Pass ``epoch`` to the index source, or to a dataset that takes one."""
+        cursor, dataset = self.cursor, getattr(self, "dataset", None)
+        if cursor is not None:
+            cursor.set_epoch(epoch)
+        elif callable(getattr(dataset, "set_epoch", None)):
+            dataset.set_epoch(epoch)  # type: ignore[union-attr]
+        else:
+            forward_epoch(getattr(self, "batch_sampler", None), epoch)
 
     def _seek(self, start: int, base: int) -> None:
         raise NotImplementedError

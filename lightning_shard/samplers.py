@@ -67,7 +67,25 @@ class SeedableRandomSampler(RandomSampler):
         self.epoch = epoch
 
 
-class SkipBatchSampler(BatchSampler):
+class BatchSamplerWrapper(BatchSampler):
+    """Base of batch samplers that wrap another: its ``batch_size``, ``drop_last`` and ``sampler`` show through."""
+
+    batch_sampler: Any
+
+    @property
+    def batch_size(self) -> int | None:  # type: ignore[override]
+        return getattr(self.batch_sampler, "batch_size", None)
+
+    @property
+    def drop_last(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self.batch_sampler, "drop_last", False))
+
+    @property
+    def sampler(self) -> Any:  # type: ignore[override]
+        return getattr(self.batch_sampler, "sampler", None)
+
+
+class SkipBatchSampler(BatchSamplerWrapper):
     """Yields the batches of ``batch_sampler`` after the first ``skip_batches``, by index only.
 
     When the wrapped sampler can start at a batch directly (``iter_from``, as ``BatchSamplerShard``
@@ -84,18 +102,6 @@ class SkipBatchSampler(BatchSampler):
     def __init__(self, batch_sampler: Any, skip_batches: int = 0) -> None:
         self.batch_sampler = batch_sampler
         self.skip_batches = check_non_negative("skip_batches", skip_batches)
-
-    @property
-    def batch_size(self) -> int | None:  # type: ignore[override]
-        return getattr(self.batch_sampler, "batch_size", None)
-
-    @property
-    def drop_last(self) -> bool:  # type: ignore[override]
-        return bool(getattr(self.batch_sampler, "drop_last", False))
-
-    @property
-    def sampler(self) -> Any:  # type: ignore[override]
-        return getattr(self.batch_sampler, "sampler", None)
 
     def __iter__(self) -> Iterator[list[int]]:
         iter_from = getattr(self.batch_sampler, "iter_from", None)
