@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench
+.PHONY: demo test bench
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,4 +23,6 @@ test: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
 
 bench: $(STAMP)
-	$(PY) benchmarks/run_all.py
+	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_index.py
+	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_loaders.py
+	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_lightning.py
