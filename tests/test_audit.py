@@ -9,24 +9,14 @@ from typing import Any
 
 import pytest
 import torch
+from _datasets import Indexed
 from _dist import run_distributed
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
 
 from lightning_shard import BatchSamplerShard, DataLoaderShard, prepare_data_loader
 from lightning_shard.audit import ShardAudit, expected_padding_and_missing
-
-
-class Indexed(Dataset):
-    def __init__(self, length: int) -> None:
-        self.length = length
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> int:
-        return index
 
 
 class Stream(IterableDataset):

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from _datasets import Indexed
 from _dist import run_distributed
 from torch.utils.data import (
     BatchSampler,
@@ -38,19 +39,6 @@ from lightning_shard import (
     prepare_data_loader,
     skip_first_batches,
 )
-
-
-class Indexed(Dataset):
-    """A map-style dataset whose sample ``i`` is ``i``."""
-
-    def __init__(self, length: int) -> None:
-        self.length = length
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> int:
-        return index
 
 
 class Stream(IterableDataset):

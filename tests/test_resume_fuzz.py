@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 import torch
+from _datasets import Indexed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_shard import prepare_data_loader
 
@@ -30,17 +31,6 @@ FUZZ = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-
-
-class Indexed(Dataset):
-    def __init__(self, length: int) -> None:
-        self.length = length
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> int:
-        return index
 
 
 class Stream(IterableDataset):
