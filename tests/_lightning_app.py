@@ -145,3 +145,18 @@ class IdWriter(pl.callbacks.BasePredictionWriter):
         }
         path = Path(self.out_dir) / f"predict_rank{trainer.global_rank}.json"
         path.write_text(json.dumps(record))
+
+
+def trainer(out: Path, strategy: Any = "shard", devices: int = 2, **kwargs: Any) -> pl.Trainer:
+    """A quiet CPU ``Trainer`` writing under ``out``; ``kwargs`` override any setting."""
+    settings: dict[str, Any] = {
+        "accelerator": "cpu",
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "enable_checkpointing": False,
+        "num_sanity_val_steps": 0,
+        "default_root_dir": str(out),
+    }
+    settings.update(kwargs)
+    return pl.Trainer(strategy=strategy, devices=devices, **settings)

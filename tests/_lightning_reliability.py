@@ -33,6 +33,7 @@ from torch.utils.data import DataLoader, Sampler
 sys.path.insert(0, os.path.dirname(__file__))
 
 from _lightning_app import IndexDataset, Recorder, loader  # noqa: E402
+from _lightning_app import trainer as app_trainer  # noqa: E402
 
 import lightning_shard  # noqa: E402,F401 - registers the "shard" strategies
 from lightning_shard.lightning import ShardStrategy  # noqa: E402
@@ -46,18 +47,8 @@ FREEZE_TIMEOUT = datetime.timedelta(seconds=20)
 
 
 def trainer(out: Path, strategy: Any = None, devices: int = 2, **kwargs: Any) -> pl.Trainer:
-    settings: dict[str, Any] = {
-        "accelerator": "cpu",
-        "logger": False,
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-        "enable_checkpointing": False,
-        "num_sanity_val_steps": 0,
-        "default_root_dir": str(out),
-        "max_epochs": 2,
-    }
-    settings.update(kwargs)
-    return pl.Trainer(strategy=strategy or ShardStrategy(audit=True), devices=devices, **settings)
+    """The shared test ``Trainer``, 2 epochs, with an auditing ``ShardStrategy`` unless told otherwise."""
+    return app_trainer(out, strategy or ShardStrategy(audit=True), devices, **{"max_epochs": 2, **kwargs})
 
 
 def _rank() -> int:

@@ -33,17 +33,17 @@ def run_command(command: list[str], timeout: float, cwd: Path | None = None) -> 
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_group(process.pid)
+        kill_group(process.pid)
         output, _ = process.communicate()
         pytest.fail(f"`{' '.join(command)}` timed out after {timeout}s:\n{output[-6000:]}")
     finally:
-        _kill_group(process.pid)
+        kill_group(process.pid)
     if process.returncode != 0:
         pytest.fail(f"`{' '.join(command)}` failed ({process.returncode}):\n{output[-6000:]}")
     return output
 
 
-def _kill_group(pid: int) -> None:
+def kill_group(pid: int) -> None:
     """End what is left of the process group this runner started (e.g. a second rank after a failure)."""
     try:
         os.killpg(pid, signal.SIGKILL)

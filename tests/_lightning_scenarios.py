@@ -22,24 +22,10 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _lightning_app import IdWriter, IndexStream, Recorder, SizedIndexStream, loader  # noqa: E402
+from _lightning_app import IdWriter, IndexStream, Recorder, SizedIndexStream, loader, trainer  # noqa: E402
 
 import lightning_shard  # noqa: E402,F401 - registers the "shard" strategies
 from lightning_shard.lightning import ShardDataModule, ShardStrategy  # noqa: E402
-
-
-def trainer(out: Path, strategy: Any = "shard", devices: int = 2, **kwargs: Any) -> pl.Trainer:
-    settings: dict[str, Any] = {
-        "accelerator": "cpu",
-        "logger": False,
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-        "enable_checkpointing": False,
-        "num_sanity_val_steps": 0,
-        "default_root_dir": str(out),
-    }
-    settings.update(kwargs)
-    return pl.Trainer(strategy=strategy, devices=devices, **settings)
 
 
 def basic(out: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from _lightning_app import read_records
-from _lightning_runner import _kill_group, run_command
+from _lightning_runner import kill_group, run_command
 
 pytestmark = pytest.mark.lightning
 
@@ -43,7 +43,7 @@ def test_two_nodes_shard_globally(tmp_path: Path) -> None:
         output = run_command(_torchrun(0, port, tmp_path), timeout=180)
         assert second.wait(timeout=60) == 0
     finally:
-        _kill_group(second.pid)
+        kill_group(second.pid)
     records = read_records(tmp_path, "fit", 2)
     # 30 samples over 2 nodes x 4 per step: 4 steps, the last padded with 2 samples.
     steps = list(zip(records[0]["train"], records[1]["train"], strict=True))

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from _lightning_reliability import FREEZE_TIMEOUT, KILL_AT, LENGTH
+from _lightning_runner import kill_group
 
 pytestmark = pytest.mark.lightning
 
@@ -51,11 +52,11 @@ def launch(name: str, out: Path, *args: str) -> Launch:
         # NOTE: the output pipe closes when the last process holding it (either rank) has exited.
         output, _ = process.communicate(timeout=LAUNCH_TIMEOUT)
     except subprocess.TimeoutExpired:
-        _end_session(process.pid)
+        kill_group(process.pid)
         output, _ = process.communicate()
         pytest.fail(f"`{' '.join(command)}` hung for {LAUNCH_TIMEOUT}s:\n{output[-6000:]}")
     finally:
-        _end_session(process.pid)
+        kill_group(process.pid)
     return Launch(process.returncode, output, time.time())
 
 
@@ -64,13 +65,6 @@ def succeeded(name: str, out: Path, *args: str) -> Launch:
     if run.returncode != 0:
         pytest.fail(f"scenario {name} {args} failed ({run.returncode}):\n{run.output[-6000:]}")
     return run
-
-
-def _end_session(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _json(path: Path) -> Any:
