@@ -19,6 +19,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check lightning_shard tests examples benchmarks
+	$(PY) -m ruff format --check lightning_shard tests examples benchmarks
 	$(PY) -m mypy lightning_shard
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
 

@@ -1,4 +1,4 @@
-"""Time one process's epoch of indices (SPEC D8): ours vs the reference's ``BatchSamplerShard``.
+"""Time one process's epoch of indices (docs/DESIGN.md, "Fast index path"): ours vs the reference's ``BatchSamplerShard``.
 
 Both sides shard the same ``BatchSampler`` and produce the same list of index lists (checked); the
 time is ``list(shard)`` for ``process_index=0``, best of ``--repeats`` runs, ours and the reference's

@@ -20,19 +20,14 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from lightning_shard import BatchSamplerShard, prepare_data_loader
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
 
 TARGET_OVERHEAD = 1.05
 TARGET_DISPATCH = 1.5

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 from lightning_shard import ShardDataModule, ShardStrategy
-from lightning_shard.distributed import all_gather_objects
+from lightning_shard.comm.collectives import all_gather_objects
 
 
 class Blobs(Dataset):

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from lightning_shard.distributed import communication_device, is_distributed
+from lightning_shard.comm.collectives import communication_device, is_distributed
 
 _CHUNK_BYTES = 1 << 20
 _POPCOUNT = torch.tensor([bin(byte).count("1") for byte in range(256)], dtype=torch.int64)

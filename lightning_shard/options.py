@@ -1,33 +1,37 @@
-"""``ShardOptions``: the one object that carries the sharding knobs down to ``prepare_data_loader``."""
+"""The one home of every option: its name, default, type and documentation.
+
+``ShardOptions`` carries the loader options from the strategy (or a ``ShardDataModule``'s per-stage
+overrides) down to ``prepare_data_loader``; ``StrategyOptions`` holds the few that only a strategy
+has. ``prepare_data_loader`` and the strategies keep flat keyword signatures (users and LightningCLI
+need them); ``tests/core/test_options.py`` fails when those signatures or the README's option table
+(``option_table()``) disagree with the fields here.
+"""
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from typing import Any
 
 from lightning_shard._checks import check_bool, check_seed
-from lightning_shard.rng import RNG_TYPES
+from lightning_shard.comm.rng import RNG_TYPES
+
+_DOC = "doc"
+_STRATEGY_DEFAULT = "strategy_default"
+
+
+def _option(default: Any, doc: str, **strategy: Any) -> Any:
+    """A dataclass field with its documentation; ``strategy_default`` when a strategy defaults otherwise."""
+    metadata = {_DOC: doc, **({_STRATEGY_DEFAULT: strategy["strategy_default"]} if strategy else {})}
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
 class ShardOptions:
-    """How loaders are sharded; the strategy, the datamodule and ``prepare_data_loader`` share it.
+    """How loaders are sharded; the strategies, the datamodule and ``prepare_data_loader`` share it.
 
-    Attributes (all as ``prepare_data_loader``'s parameters of the same names):
-        split_batches: split each batch of the user's loader across processes (global batch ``B``)
-            instead of giving each process whole batches (global batch ``B * N``).
-        even_batches: pad the end of the epoch so every process gets as many batches.
-        dispatch_batches: process 0 loads and sends each process its slice; ``None``: only for an
-            ``IterableDataset`` with ``put_on_device``.
-        put_on_device: move batches to the loader's device.
-        rng_types: generators copied from process 0 at each epoch: ``"torch"``, ``"cuda"``, ``"generator"``.
-        use_seedable_sampler: replace a ``RandomSampler`` by a ``SeedableRandomSampler``.
-        data_seed: the seed of that sampler (``None``: ``torch.initial_seed()``).
-        non_blocking: asynchronous host-to-device copies.
-        use_stateful_dataloader: back loaders with torchdata's ``StatefulDataLoader``.
-        slice_fn_for_dispatch: how a dispatched batch is cut into per-process slices.
+    Each field's documentation is in its ``metadata["doc"]`` (and the README's option table).
 
     Raises:
         ValueError / TypeError: on ``dispatch_batches=True`` without ``put_on_device``, an unknown
@@ -35,16 +39,44 @@ class ShardOptions:
             ``slice_fn_for_dispatch`` that is not callable.
     """
 
-    split_batches: bool = False
-    even_batches: bool = True
-    dispatch_batches: bool | None = None
-    put_on_device: bool = False
-    rng_types: tuple[str, ...] | None = None
-    use_seedable_sampler: bool = False
-    data_seed: int | None = None
-    non_blocking: bool = False
-    use_stateful_dataloader: bool = False
-    slice_fn_for_dispatch: Callable[..., Any] | None = None
+    split_batches: bool = _option(
+        False,
+        "`False`: each process gets whole batches of the user's loader (global batch `B x N`). `True`: every "
+        "batch is split across processes (global batch `B`; `B` must be a multiple of `N`).",
+    )
+    even_batches: bool = _option(
+        True,
+        "Pad the end of the epoch with samples from its start so every process gets as many equally sized "
+        "batches. `False`: no duplicates; the last batches may be short or missing on some processes.",
+    )
+    dispatch_batches: bool | None = _option(
+        None,
+        "Process 0 loads and sends each process its slice. `None`: only for an `IterableDataset` with "
+        "`put_on_device=True`. Needs `put_on_device=True`.",
+    )
+    put_on_device: bool = _option(
+        False,
+        "Move batches to the loader's device. Under a strategy Lightning's `batch_to_device` already moves "
+        "them; set it for dispatch.",
+    )
+    rng_types: Sequence[str] | None = _option(
+        None,
+        'Generators copied from process 0 at each epoch: `"torch"`, `"cuda"`, `"generator"` (the sampler\'s).',
+        strategy_default=("generator",),
+    )
+    use_seedable_sampler: bool = _option(
+        False,
+        "Replace a `RandomSampler` by a `SeedableRandomSampler` whose order is a pure function of "
+        "`(data_seed, epoch)`.",
+    )
+    data_seed: int | None = _option(None, "Seed of that sampler (`None`: `torch.initial_seed()`).")
+    non_blocking: bool = _option(False, "Asynchronous host-to-device copies (pair with `pin_memory=True`).")
+    use_stateful_dataloader: bool = _option(False, "Back loaders with torchdata's `StatefulDataLoader`.")
+    slice_fn_for_dispatch: Callable[..., Any] | None = _option(
+        None,
+        "How a dispatched global batch is cut per process, `fn(batch, slice, process_index=, "
+        "num_processes=)`; default slices every tensor and list of scalars along dim 0.",
+    )
 
     def __post_init__(self) -> None:
         for name in _FLAGS:
@@ -63,34 +95,52 @@ class ShardOptions:
             )
         check_seed("data_seed", self.data_seed)
         if self.rng_types is not None:
-            if isinstance(self.rng_types, str):
-                object.__setattr__(self, "rng_types", (self.rng_types,))
-            names = tuple(str(getattr(kind, "value", kind)) for kind in self.rng_types)  # type: ignore[union-attr]
-            unknown = [name for name in names if name not in RNG_TYPES]
-            if unknown:
-                raise ValueError(
-                    f"`rng_types` contains {unknown}, which are not known generators. "
-                    f"Use any of {list(RNG_TYPES)}, e.g. `rng_types=['generator']`."
-                )
-            object.__setattr__(self, "rng_types", names)
+            object.__setattr__(self, "rng_types", _rng_names(self.rng_types))
+
+    @classmethod
+    def from_kwargs(cls, values: Mapping[str, Any]) -> ShardOptions:
+        """The options named in ``values`` (a flat signature's arguments); other keys are ignored."""
+        return cls(**{name: values[name] for name in option_names(cls) if name in values})
 
     def replace(self, **changes: Any) -> ShardOptions:
-        """A copy with ``changes`` applied (and checked again)."""
-        known = [field.name for field in fields(self)]
-        unknown = sorted(set(changes) - set(known))
-        if unknown:
-            close = [match for name in unknown for match in difflib.get_close_matches(name, known, n=1)]
-            hint = f"Did you mean {', '.join(f'`{name}`' for name in close)}? " if close else ""
-            raise TypeError(
-                f"`ShardOptions.replace` got unknown option(s) {unknown}. {hint}Use only these: {known}."
-            )
+        """A copy with ``changes`` applied (and checked again).
+
+        Raises:
+            TypeError: on an unknown option name, with the closest known one.
+        """
+        check_known(type(self), changes, "ShardOptions.replace")
         return replace(self, **changes)
 
-    def as_kwargs(self) -> dict[str, Any]:
-        """The options as keyword arguments of ``prepare_data_loader``."""
-        kwargs = asdict(self)
-        kwargs["rng_types"] = None if self.rng_types is None else list(self.rng_types)
-        return kwargs
+
+@dataclass(frozen=True)
+class StrategyOptions:
+    """The options only a strategy has (on top of ``ShardOptions``)."""
+
+    step_scheduler_with_optimizer: bool = _option(
+        True,
+        'Step `interval="step"` schedulers N times per optimizer step (once with `split_batches`); `False` '
+        "steps them once, as Lightning does.",
+    )
+    audit: bool = _option(
+        False,
+        "Check every training epoch's samples: rank 0 logs the samples covered, the duplicates beyond the "
+        "padding and the samples missing.",
+    )
+    audit_raise: bool = _option(False, "With `audit`, raise on every process after an epoch with a problem.")
+
+    def __post_init__(self) -> None:
+        for option in fields(self):
+            check_bool(option.name, getattr(self, option.name))
+        if self.audit_raise and not self.audit:
+            raise ValueError(
+                "`audit_raise=True` raises when the shard audit finds a problem, but `audit=False` turns the "
+                "audit off. Set `audit=True` as well, or leave `audit_raise=False`."
+            )
+
+    @classmethod
+    def from_kwargs(cls, values: Mapping[str, Any]) -> StrategyOptions:
+        """The options named in ``values``; other keys are ignored."""
+        return cls(**{name: values[name] for name in option_names(cls) if name in values})
 
 
 _FLAGS = (
@@ -101,3 +151,60 @@ _FLAGS = (
     "non_blocking",
     "use_stateful_dataloader",
 )
+
+
+def _rng_names(rng_types: Any) -> tuple[str, ...]:
+    kinds = (rng_types,) if isinstance(rng_types, str) else tuple(rng_types)
+    names = tuple(str(getattr(kind, "value", kind)) for kind in kinds)
+    unknown = [name for name in names if name not in RNG_TYPES]
+    if unknown:
+        raise ValueError(
+            f"`rng_types` contains {unknown}, which are not known generators. "
+            f"Use any of {list(RNG_TYPES)}, e.g. `rng_types=['generator']`."
+        )
+    return names
+
+
+def option_fields(cls: type) -> tuple[Field[Any], ...]:
+    """The documented options of ``ShardOptions`` or ``StrategyOptions``, in order."""
+    return fields(cls)
+
+
+def option_names(cls: type) -> list[str]:
+    return [option.name for option in option_fields(cls)]
+
+
+def strategy_default(option: Field[Any]) -> Any:
+    """The default of ``option`` under a strategy (the same as elsewhere unless documented otherwise)."""
+    return option.metadata.get(_STRATEGY_DEFAULT, option.default)
+
+
+def check_known(cls: type, changes: Mapping[str, Any], where: str) -> None:
+    """Refuse option names that ``cls`` does not have, suggesting the closest.
+
+    Raises:
+        TypeError: on an unknown name.
+    """
+    known = option_names(cls)
+    unknown = sorted(set(changes) - set(known))
+    if unknown:
+        close = [match for name in unknown for match in difflib.get_close_matches(name, known, n=1)]
+        hint = f"Did you mean {', '.join(f'`{name}`' for name in close)}? " if close else ""
+        raise TypeError(f"`{where}` got unknown option(s) {unknown}. {hint}Use only these: {known}.")
+
+
+def option_table() -> str:
+    """The README's option table, rendered from the fields above (a test keeps the README in step)."""
+    rows = ["| option | default | meaning |", "|---|---|---|"]
+    for cls, suffix in ((ShardOptions, ""), (StrategyOptions, " (strategy only)")):
+        for option in option_fields(cls):
+            rows.append(f"| `{option.name}`{suffix} | {_default_text(option)} | {option.metadata[_DOC]} |")
+    return "\n".join(rows)
+
+
+def _default_text(option: Field[Any]) -> str:
+    assert option.default is not MISSING  # NOTE: every option has a default.
+    text = f"`{option.default!r}`"
+    if _STRATEGY_DEFAULT in option.metadata:
+        text += f" (`{option.metadata[_STRATEGY_DEFAULT]!r}` under a strategy)"
+    return text

@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import copy
-import inspect
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset, RandomSampler
 
 from lightning_shard._checks import check_non_negative, check_split_batch_size
-from lightning_shard.batch_sampler_shard import BatchSamplerShard
-from lightning_shard.dispatcher import DataLoaderDispatcher
-from lightning_shard.distributed import DATA_PARALLEL_MESH_DIMS, Topology, resolve_topology
-from lightning_shard.iterable_shard import IterableDatasetShard
-from lightning_shard.loader_shard import DataLoaderShard
+from lightning_shard.comm.topology import DATA_PARALLEL_MESH_DIMS, Topology, resolve_topology
+from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
+from lightning_shard.loaders.resumable import Position, ResumableLoaderMixin
+from lightning_shard.loaders.settings import loader_settings
+from lightning_shard.loaders.shard import DataLoaderShard
+from lightning_shard.loaders.variants import stateful_loader_class
 from lightning_shard.options import ShardOptions
-from lightning_shard.resumable import Restore, ResumableLoaderMixin
-from lightning_shard.samplers import SeedableRandomSampler
-
-_REBUILT_BY_US = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
+from lightning_shard.sampling.batch_shard import BatchSamplerShard
+from lightning_shard.sampling.iterable_shard import IterableDatasetShard
+from lightning_shard.sampling.samplers import SeedableRandomSampler
 
 
 def prepare_data_loader(
@@ -29,10 +28,10 @@ def prepare_data_loader(
     process_index: int | None = None,
     split_batches: bool = False,
     put_on_device: bool = False,
-    rng_types: list[str] | None = None,
+    rng_types: Sequence[str] | None = None,
     dispatch_batches: bool | None = None,
     even_batches: bool = True,
-    slice_fn_for_dispatch: Any = None,
+    slice_fn_for_dispatch: Callable[..., Any] | None = None,
     use_seedable_sampler: bool = False,
     data_seed: int | None = None,
     non_blocking: bool = False,
@@ -42,24 +41,14 @@ def prepare_data_loader(
     """Wrap ``dataloader`` so this process yields only its part of every global batch.
 
     ``num_processes`` / ``process_index`` default to the data-parallel size and rank of the running
-    process group (or of ``torch_device_mesh``). The other parameters are those of ``ShardOptions``.
+    process group (or of ``torch_device_mesh``). The other parameters are the fields of
+    ``ShardOptions``, documented there (and in the README's option table).
 
     Raises:
         TypeError: if ``dataloader`` is not a ``DataLoader``.
         ValueError: on any inconsistent option; the message names the parameter and the fix.
     """
-    options = ShardOptions(
-        split_batches=split_batches,
-        even_batches=even_batches,
-        dispatch_batches=dispatch_batches,
-        put_on_device=put_on_device,
-        rng_types=None if rng_types is None else tuple(rng_types),
-        use_seedable_sampler=use_seedable_sampler,
-        data_seed=data_seed,
-        non_blocking=non_blocking,
-        use_stateful_dataloader=use_stateful_dataloader,
-        slice_fn_for_dispatch=slice_fn_for_dispatch,
-    )
+    options = ShardOptions.from_kwargs(locals())
     topology = resolve_topology(num_processes, process_index, torch_device_mesh)
     return prepare_with_options(dataloader, options, topology, device=device, device_mesh=torch_device_mesh)
 
@@ -151,16 +140,6 @@ def _index_sampler(dataloader: DataLoader) -> Any:
     return getattr(_batch_sampler(dataloader), "sampler", None)
 
 
-def loader_kwargs(dataloader: DataLoader) -> dict[str, Any]:
-    """The user's ``DataLoader`` settings we keep as they are (workers, collate, pinning, ...)."""
-    parameters = inspect.signature(DataLoader.__init__).parameters
-    return {
-        name: getattr(dataloader, name, parameter.default)
-        for name, parameter in parameters.items()
-        if name != "self" and name not in _REBUILT_BY_US and parameter.kind is parameter.POSITIONAL_OR_KEYWORD
-    }
-
-
 def _with_own_generator(sampler: RandomSampler, options: ShardOptions) -> RandomSampler:
     """A copy of ``sampler`` whose order is recorded (a generator) and, if asked, seedable."""
     if options.use_seedable_sampler:
@@ -214,7 +193,7 @@ def _build_map_shard(
         if user_batch_sampler is dataloader.sampler
         else {"batch_sampler": shard}
     )
-    return DataLoaderShard(
+    return _loader_class(DataLoaderShard, options)(
         dataloader.dataset,
         device=device if options.put_on_device else None,
         rng_types=_usable_rng_types(options, generator),
@@ -222,7 +201,7 @@ def _build_map_shard(
         use_stateful_dataloader=options.use_stateful_dataloader,
         non_blocking=options.non_blocking,
         **index_source,
-        **loader_kwargs(dataloader),
+        **loader_settings(dataloader),
     )
 
 
@@ -249,7 +228,7 @@ def _build_iterable_shard(
     generator = getattr(dataloader.dataset, "generator", None)
     generator = generator if isinstance(generator, torch.Generator) else None
     per_process = batch_size // topology.num_processes if options.split_batches else batch_size
-    return DataLoaderShard(
+    return _loader_class(DataLoaderShard, options)(
         dataset,
         device=device if options.put_on_device else None,
         rng_types=_usable_rng_types(options, generator),
@@ -258,14 +237,14 @@ def _build_iterable_shard(
         non_blocking=options.non_blocking,
         batch_size=per_process if dataloader.batch_size is not None else None,
         drop_last=dataloader.drop_last,
-        **loader_kwargs(dataloader),
+        **loader_settings(dataloader),
     )
 
 
 def _build_dispatcher(
     dataloader: DataLoader, options: ShardOptions, topology: Topology, device: Any
 ) -> DataLoaderDispatcher:
-    kwargs = loader_kwargs(dataloader)
+    kwargs = loader_settings(dataloader)
     kwargs.pop("generator", None)
     if isinstance(dataloader.dataset, IterableDataset):
         kwargs.update(batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
@@ -274,7 +253,7 @@ def _build_dispatcher(
         batch_sampler = _rebuilt_batch_sampler(user_batch_sampler, options)
         # NOTE: a one-process shard is the batch sampler itself, plus arithmetic skipping on resume.
         kwargs["batch_sampler"] = BatchSamplerShard(batch_sampler, even_batches=False)
-    return DataLoaderDispatcher(
+    return _loader_class(DataLoaderDispatcher, options)(
         dataloader.dataset,
         device=device,
         split_batches=options.split_batches,
@@ -290,8 +269,9 @@ def _build_dispatcher(
 def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoader:
     """A loader that skips the first ``num_batches`` of its current epoch, by index only.
 
-    For a prepared loader, a copy that keeps every setting (device, ``non_blocking``, ``drop_last``,
-    ``rng_types``, epoch); the skip applies to the current epoch only. A plain ``DataLoader`` becomes a
+    For a prepared loader, a copy with a position of its own (iterating it never moves the original)
+    that keeps every setting (device, ``non_blocking``, ``drop_last``, ``rng_types``, epoch); the skip
+    applies to the current epoch only. A plain ``DataLoader`` becomes a
     one-process ``DataLoaderShard`` with the same settings.
 
     Raises:
@@ -299,10 +279,15 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
     """
     check_non_negative("num_batches", num_batches)
     if isinstance(dataloader, ResumableLoaderMixin):
-        skipped = copy.copy(dataloader)
-        skipped._pending = Restore(dataloader.epoch, num_batches, 0)
+        skipped = dataloader.fresh_copy()
+        skipped._pending = Position(dataloader.epoch, steps=num_batches)
         return skipped
     _check_loader(dataloader)
     loader = prepare_with_options(dataloader, ShardOptions(), Topology(1, 0))
-    loader._pending = Restore(None, num_batches, 0)
+    loader._pending = Position(None, steps=num_batches)
     return loader
+
+
+def _loader_class(base: type, options: ShardOptions) -> Any:
+    """``base``, or its ``StatefulDataLoader`` variant with ``use_stateful_dataloader=True``."""
+    return stateful_loader_class(base) if options.use_stateful_dataloader else base

@@ -1,5 +1,5 @@
+"""Every test, and every process a test starts, runs single-threaded BLAS: the machines have 2 cores."""
+
 import os
-import sys
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, os.path.dirname(__file__))

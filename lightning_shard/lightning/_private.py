@@ -1,6 +1,6 @@
 """The only places where the adapter touches private Lightning names, one function each.
 
-Each function says why no public hook would do; ``tests/test_lightning_private.py`` fails as soon as a
+Each function says why no public hook would do; ``tests/lightning/test_private.py`` fails as soon as a
 Lightning release renames or changes one of them.
 """
 
@@ -9,7 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.fabric.strategies.registry import _StrategyRegistry
 from lightning.pytorch.overrides.distributed import _IndexBatchSamplerWrapper
+
+StrategyRegistryType = _StrategyRegistry
+"""The class of Lightning's ``StrategyRegistry`` (``Strategy.register_strategies`` takes one); Lightning
+exports the registry object publicly, but its class only under this private name."""
 
 
 def disable_sampler_injection(trainer: pl.Trainer) -> None:

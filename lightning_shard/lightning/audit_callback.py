@@ -20,10 +20,10 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
 from lightning_shard.audit import AuditReport, ShardAudit, expected_padding_and_missing
-from lightning_shard.dispatcher import DataLoaderDispatcher
-from lightning_shard.distributed import all_gather_objects
-from lightning_shard.lightning.loaders import ShardLoader, flatten_loaders, is_shard_loader
-from lightning_shard.state import LoaderState
+from lightning_shard.comm.collectives import all_gather_objects
+from lightning_shard.lightning.stages import ShardLoader, flatten_loaders, is_shard_loader
+from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
+from lightning_shard.loaders.state import LoaderState
 
 _BUFFERED = 8192
 """Indices kept before they are recorded: one bitmap update per few hundred steps, not one per step."""

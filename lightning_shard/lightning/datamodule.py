@@ -13,10 +13,10 @@ from lightning.fabric.utilities.data import sized_len
 from lightning.pytorch.strategies import ParallelStrategy
 from torch.utils.data import DataLoader
 
-from lightning_shard.distributed import Topology
+from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import sampler_injection_enabled
-from lightning_shard.lightning.loaders import STAGES, stage_defaults
-from lightning_shard.lightning.strategy import ShardStrategy
+from lightning_shard.lightning.sharding import ShardingMixin
+from lightning_shard.lightning.stages import STAGES, stage_defaults
 from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_with_options
 
@@ -62,7 +62,14 @@ class ShardDataModule(pl.LightningDataModule):
     @property
     def num_processes(self) -> int:
         """Data-parallel processes ``N`` (1 without a trainer)."""
-        return 1 if self.trainer is None else self.trainer.world_size
+        if self.trainer is None:
+            return 1
+        strategy = self.trainer.strategy
+        return (
+            strategy.topology.num_processes
+            if isinstance(strategy, ShardingMixin)
+            else self.trainer.world_size
+        )
 
     @property
     def global_batch_size(self) -> int:
@@ -97,18 +104,18 @@ class ShardDataModule(pl.LightningDataModule):
         """How far an ``interval="step"`` scheduler advances per epoch under ``ShardStrategy``: the
         ``total_steps`` of a one-epoch ``OneCycleLR``."""
         strategy = None if self.trainer is None else self.trainer.strategy
-        if not isinstance(strategy, ShardStrategy):
+        if not isinstance(strategy, ShardingMixin):
             return self.steps_per_epoch
         return self.steps_per_epoch * strategy.scheduler_scaling.factor
 
     def _train_options(self) -> ShardOptions:
         strategy = None if self.trainer is None else self.trainer.strategy
-        if isinstance(strategy, ShardStrategy):
+        if isinstance(strategy, ShardingMixin):
             return strategy.options_for("train")
         return stage_defaults(ShardOptions(), "train").replace(**self.shard_options("train"))
 
     def _sharded_train_length(self) -> int:
-        topology = Topology(self.num_processes, 0 if self.trainer is None else self.trainer.global_rank)
+        topology = self._topology()
         loader = self.train_dataloader()
         if not isinstance(loader, DataLoader):
             raise ValueError(
@@ -125,6 +132,12 @@ class ShardDataModule(pl.LightningDataModule):
             )
         return length
 
+    def _topology(self) -> Topology:
+        strategy = None if self.trainer is None else self.trainer.strategy
+        if isinstance(strategy, ShardingMixin):
+            return strategy.topology
+        return Topology(self.num_processes, 0 if self.trainer is None else self.trainer.global_rank)
+
     def _limited(self, batches: int) -> int:
         limit: int | float = 1.0 if self.trainer is None else self.trainer.limit_train_batches
         if isinstance(limit, int):
@@ -134,7 +147,7 @@ class ShardDataModule(pl.LightningDataModule):
 
 def _check_strategy(trainer: pl.Trainer) -> None:
     strategy = trainer.strategy
-    if isinstance(strategy, ShardStrategy) or not isinstance(strategy, ParallelStrategy):
+    if isinstance(strategy, ShardingMixin) or not isinstance(strategy, ParallelStrategy):
         return
     if trainer.num_devices * trainer.num_nodes <= 1:
         return

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from lightning.fabric.utilities.data import sized_len
 
-from lightning_shard.lightning.loaders import ShardLoader
-from lightning_shard.lightning.optimizers import SchedulerScaling
-from lightning_shard.state import LoaderState
+from lightning_shard.lightning.schedulers import SchedulerScaling
+from lightning_shard.lightning.stages import ShardLoader
+from lightning_shard.loaders.resumable import ShardingInfo
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def plan_for(
     accumulate_grad_batches: int,
 ) -> ShardPlan:
     """The plan of ``loader`` for a fit that runs ``num_training_batches`` batches per epoch."""
-    state = LoaderState.from_dict(loader.state_dict(steps=0))
+    state = loader.sharding
     global_batch = loader.total_batch_size
     batches = sized_len(loader)
     padded, dropped = _padding(state, batches, global_batch)
@@ -90,7 +90,7 @@ def plan_for(
     )
 
 
-def _padding(state: LoaderState, batches: int | None, global_batch: int) -> tuple[int | None, int | None]:
+def _padding(state: ShardingInfo, batches: int | None, global_batch: int) -> tuple[int | None, int | None]:
     """(padded, dropped) samples of a whole epoch; ``None`` when the lengths are unknown."""
     if batches is None or state.dataset_length is None:
         return None, None

@@ -1,0 +1,75 @@
+"""Synchronising random number generators from process 0 at the start of each epoch.
+
+Only the sampler's (or iterable dataset's) generator and the global generators named in
+``rng_types`` are synchronised; DataLoader workers keep their own seeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import Enum
+
+import torch
+
+from lightning_shard.comm.collectives import broadcast_object
+
+RNG_TYPES = ("torch", "cuda", "generator")
+
+
+def normalize_rng_types(
+    rng_types: Iterable[str | Enum] | None, generator: torch.Generator | None
+) -> tuple[str, ...]:
+    """Validate ``rng_types`` and return them as plain strings.
+
+    Raises:
+        ValueError: on an unknown type, ``"cuda"`` without CUDA, or ``"generator"`` with no generator.
+    """
+    if rng_types is None:
+        return ()
+    if isinstance(rng_types, (str, Enum)):
+        rng_types = [rng_types]
+    names = tuple(str(getattr(kind, "value", kind)) for kind in rng_types)
+    for name in names:
+        if name not in RNG_TYPES:
+            raise ValueError(
+                f"`rng_types` contains {name!r}, which is not a known generator. "
+                f"Use any of {list(RNG_TYPES)}, e.g. `rng_types=['generator']`."
+            )
+    if "cuda" in names and not torch.cuda.is_available():
+        raise ValueError(
+            "`rng_types` contains 'cuda' but CUDA is not available on this machine. "
+            "Remove 'cuda' from `rng_types` when running on CPU."
+        )
+    if "generator" in names and generator is None:
+        raise ValueError(
+            "`rng_types` contains 'generator' but the sampler has no generator to synchronise. "
+            "Give the sampler a `torch.Generator`, or remove 'generator' from `rng_types`."
+        )
+    return tuple(dict.fromkeys(names))
+
+
+def synchronize_rng_states(rng_types: tuple[str, ...], generator: torch.Generator | None) -> None:
+    """Copy process 0's state of each generator in ``rng_types`` to every process (one collective)."""
+    if not rng_types:
+        return
+    states = broadcast_object([_get_state(name, generator) for name in rng_types])
+    for name, state in zip(rng_types, states, strict=True):
+        _set_state(name, generator, state)
+
+
+def _get_state(name: str, generator: torch.Generator | None) -> torch.Tensor:
+    if name == "torch":
+        return torch.get_rng_state()
+    if name == "cuda":
+        return torch.cuda.get_rng_state()
+    assert generator is not None  # NOTE: normalize_rng_types refuses "generator" without one.
+    return generator.get_state()
+
+
+def _set_state(name: str, generator: torch.Generator | None, state: torch.Tensor) -> None:
+    if name == "torch":
+        torch.set_rng_state(state)
+    elif name == "cuda":
+        torch.cuda.set_rng_state(state)
+    elif generator is not None:
+        generator.set_state(state)

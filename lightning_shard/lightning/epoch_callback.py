@@ -1,0 +1,47 @@
+"""The callback ``ShardStrategy`` adds to its trainer: it keeps the training loaders' epoch in step."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
+
+from lightning_shard.lightning.stages import flatten_loaders, is_shard_loader
+
+_RELOAD = "reload_dataloaders_every_n_epochs"
+"""The ``Trainer`` argument, kept as a plain attribute of the trainer (set by a connector, unseen by mypy)."""
+
+
+class ShardEpochCallback(Callback):
+    """Sets each sharded training loader's epoch to the trainer's at the start of every epoch.
+
+    Lightning stops an epoch after ``len(loader)`` batches without exhausting the loader, so the loader
+    never sees its epoch end; its order for the next epoch comes from this ``set_epoch``.
+    """
+
+    def __init__(self) -> None:
+        self._reload_setting: int | None = None
+
+    def reload_next_epoch(self, trainer: pl.Trainer) -> None:
+        """Have Lightning rebuild the loaders (and measure their length) at the next epoch, once."""
+        # NOTE: after an elastic resume Lightning measured the epoch as "steps taken + steps left"; it keeps
+        # that length until the loaders are reloaded, which `reload_dataloaders_every_n_epochs` asks for.
+        if self._reload_setting is None:
+            self._reload_setting = getattr(trainer, _RELOAD)
+        setattr(trainer, _RELOAD, 1)
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._end_reload(trainer)
+        for loader in flatten_loaders(trainer.train_dataloader):
+            if is_shard_loader(loader) and loader.epoch != trainer.current_epoch:
+                loader.set_epoch(trainer.current_epoch)
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._end_reload(trainer)
+
+    def _end_reload(self, trainer: pl.Trainer) -> None:
+        if self._reload_setting is not None:
+            setattr(trainer, _RELOAD, self._reload_setting)
+            self._reload_setting = None

@@ -1,0 +1,250 @@
+"""``ShardingMixin``: the sharding behaviour of every ``Shard*`` strategy, in one place.
+
+Combined before one of Lightning's parallel strategies (``class ShardStrategy(ShardingMixin,
+DDPStrategy)``), it prepares each stage's loaders with ``prepare_data_loader`` instead of Lightning's
+``DistributedSampler``, wraps optimizers and step schedulers, logs the plan, keeps the training loaders'
+position in checkpoints, audits epochs and gathers evaluation outputs exactly. The strategy it is
+combined with decides the data-parallel topology (``data_parallel_topology``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.trainer.states import RunningStage
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from torch.nn import Module
+from torch.optim import Optimizer
+from torch.utils.data import DataLoader
+
+from lightning_shard.comm.collectives import gather_in_process_order
+from lightning_shard.comm.topology import Topology
+from lightning_shard.lightning._private import StrategyRegistryType, disable_sampler_injection
+from lightning_shard.lightning.audit_callback import EpochAudit, ShardAuditCallback
+from lightning_shard.lightning.checkpoints import LightningResumeHook
+from lightning_shard.lightning.epoch_callback import ShardEpochCallback
+from lightning_shard.lightning.evaluation import keep_first
+from lightning_shard.lightning.plan import ShardPlan, plan_for
+from lightning_shard.lightning.schedulers import SchedulerScaling, wrap_optimizers, wrap_schedulers
+from lightning_shard.lightning.stages import (
+    ShardLoader,
+    flatten_loaders,
+    is_shard_loader,
+    prepare_for_stage,
+    stage_defaults,
+    stage_key,
+)
+from lightning_shard.optim import ShardOptimizer
+from lightning_shard.options import ShardOptions, StrategyOptions
+
+
+class ShardingMixin:
+    """What a ``Shard*`` strategy adds to the Lightning strategy it is combined with.
+
+    The strategy's ``__init__`` calls ``_init_sharding`` after its base class's ``__init__``.
+    """
+
+    options: ShardOptions
+    """The loader options (a ``ShardDataModule`` may override them per stage)."""
+    strategy_options: StrategyOptions
+
+    # -- provided by the Lightning strategy this is combined with ---------------------------------
+    world_size: int
+    global_rank: int
+    root_device: torch.device
+    optimizers: list[Optimizer]
+    lr_scheduler_configs: list[Any]
+    precision_plugin: Any
+
+    def _init_sharding(self, options: ShardOptions, strategy_options: StrategyOptions) -> None:
+        self.options = options
+        self.strategy_options = strategy_options
+        self._shard_plan: ShardPlan | None = None
+        self._dataloader_idx = 0
+        self._connected_trainer: pl.Trainer | None = None
+        self._epoch_callback = ShardEpochCallback()
+        audit = strategy_options.audit
+        self._audit_callback = (
+            ShardAuditCallback(raise_on_problem=strategy_options.audit_raise) if audit else None
+        )
+
+    # -- where we are -------------------------------------------------------------------------------
+    @property
+    def step_scheduler_with_optimizer(self) -> bool:
+        return self.strategy_options.step_scheduler_with_optimizer
+
+    @property
+    def topology(self) -> Topology:
+        """The data-parallel size and this process's index in it."""
+        return self.data_parallel_topology()
+
+    def data_parallel_topology(self) -> Topology:
+        """Who shares the data: every process of the job, unless the combined strategy says otherwise."""
+        return Topology(self.world_size, self.global_rank)
+
+    @property
+    def shard_plan(self) -> ShardPlan | None:
+        """The plan of the running (or last) fit; ``None`` before a fit has started."""
+        return self._shard_plan
+
+    @property
+    def scheduler_scaling(self) -> SchedulerScaling:
+        """How ``interval="step"`` schedulers are stepped in this run."""
+        return SchedulerScaling(
+            enabled=self.step_scheduler_with_optimizer,
+            split_batches=self.options_for("train").split_batches,
+            num_processes=self.topology.num_processes,
+        )
+
+    @property
+    def _trainer(self) -> pl.Trainer:
+        if self._connected_trainer is None:
+            raise RuntimeError(
+                f"`{type(self).__name__}` is not connected to a trainer yet; pass it to `Trainer(strategy=...)`."
+            )
+        return self._connected_trainer
+
+    @property
+    def audits(self) -> list[EpochAudit]:
+        """The audit of each training epoch so far (with ``audit=True``; the same on every process)."""
+        return [] if self._audit_callback is None else self._audit_callback.audits
+
+    def options_for(self, stage: str) -> ShardOptions:
+        """The options of ``stage``'s loaders: the strategy's, then the datamodule's overrides.
+
+        Args:
+            stage: ``"train"``, ``"validate"``, ``"test"`` or ``"predict"``.
+        """
+        options = stage_defaults(self.options, stage)
+        datamodule = getattr(self._connected_trainer, "datamodule", None)
+        overrides = getattr(datamodule, "shard_options", None)
+        return options.replace(**overrides(stage)) if callable(overrides) else options
+
+    # -- wiring into the trainer --------------------------------------------------------------------
+    def connect(self, model: pl.LightningModule) -> None:
+        super().connect(model)  # type: ignore[misc]
+        trainer = self._connected_trainer = model.trainer
+        disable_sampler_injection(trainer)
+        callbacks: list[Any] = getattr(trainer, "callbacks")  # noqa: B009 - set by a connector, unseen by mypy
+        for callback in (self._epoch_callback, self._audit_callback):
+            if callback is not None and callback not in callbacks:
+                callbacks.append(callback)
+
+    def process_dataloader(self, dataloader: object) -> object:
+        if not isinstance(dataloader, DataLoader) or is_shard_loader(dataloader):
+            return dataloader
+        trainer = self._trainer
+        stage = stage_key(trainer.state.stage)
+        loader = prepare_for_stage(
+            dataloader, self.options_for(stage), self.topology, stage, self.root_device
+        )
+        if stage == "train" and is_shard_loader(loader):
+            loader.set_epoch(trainer.current_epoch)
+            loader.resume_hook = LightningResumeHook(
+                trainer, lambda: self._epoch_callback.reload_next_epoch(trainer)
+            )
+            if self._audit_callback is not None:
+                self._audit_callback.watch(loader)
+        return loader
+
+    def setup_optimizers(self, trainer: pl.Trainer) -> None:
+        super().setup_optimizers(trainer)  # type: ignore[misc]
+        optimizers = wrap_optimizers(self.optimizers)
+        self.lr_scheduler_configs = wrap_schedulers(
+            self.lr_scheduler_configs, optimizers, self.scheduler_scaling
+        )
+        self.optimizers = optimizers
+
+    def optimizer_step(
+        self,
+        optimizer: Optimizer,
+        closure: Callable[[], Any],
+        model: pl.LightningModule | Module | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        step = super().optimizer_step  # type: ignore[misc]
+        scaler = getattr(self.precision_plugin, "scaler", None)
+        if isinstance(optimizer, ShardOptimizer) and isinstance(scaler, torch.amp.GradScaler):
+            with optimizer.watch_scaler(scaler):
+                return step(optimizer, closure, model, **kwargs)
+        return step(optimizer, closure, model, **kwargs)
+
+    def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
+        self._dataloader_idx = dataloader_idx
+        return super().batch_to_device(batch, device, dataloader_idx)  # type: ignore[misc]
+
+    def on_train_start(self) -> None:
+        super().on_train_start()  # type: ignore[misc]
+        trainer = self._trainer
+        loaders = [loader for loader in flatten_loaders(trainer.train_dataloader) if is_shard_loader(loader)]
+        if not loaders:
+            return
+        self._shard_plan = plan_for(
+            loaders[0],
+            self.scheduler_scaling,
+            num_training_batches=trainer.num_training_batches,
+            accumulate_grad_batches=trainer.accumulate_grad_batches,
+        )
+        rank_zero_info(str(self._shard_plan))
+
+    # -- exact evaluation ---------------------------------------------------------------------------
+    def gather_for_metrics(self, data: Any) -> Any:
+        """``data`` of every process in process order, without the samples ``even_batches`` repeated.
+
+        Call it once per batch in ``validation_step`` / ``test_step`` (every process must call it). The
+        padding of the last batch is dropped, so gathering a 103-sample set yields exactly 103 rows.
+
+        Raises:
+            ValueError: if the current loader is uneven (``even_batches=False``) on several processes.
+        """
+        loader = self.current_loader()
+        if loader is not None:
+            _check_even(loader, self.topology.num_processes)
+        gathered = gather_in_process_order(data)
+        if loader is None or not loader.end_of_dataloader or loader.remainder <= 0:
+            return gathered
+        return keep_first(gathered, loader.remainder)
+
+    def current_loader(self) -> ShardLoader | None:
+        """The sharded loader whose batch is being processed (``None`` for a loader we did not shard)."""
+        loaders = flatten_loaders(_stage_loaders(self._trainer))
+        loader = loaders[self._dataloader_idx] if self._dataloader_idx < len(loaders) else None
+        return loader if is_shard_loader(loader) else None
+
+    # -- registration -------------------------------------------------------------------------------
+    REGISTERED_NAMES: tuple[tuple[str, dict[str, Any]], ...] = ()
+    """``(name, init_args)`` under which the strategy registers in Lightning's ``StrategyRegistry``."""
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: StrategyRegistryType) -> None:
+        for name, init_args in cls.REGISTERED_NAMES:
+            if name not in strategy_registry:
+                strategy_registry.register(
+                    name,
+                    cls,
+                    description=f"lightning_shard's {cls.__name__} {init_args or ''}".strip(),
+                    **init_args,
+                )
+
+
+def _stage_loaders(trainer: pl.Trainer) -> Any:
+    stage = trainer.state.stage
+    if stage == RunningStage.TRAINING:
+        return trainer.train_dataloader
+    if stage in (RunningStage.VALIDATING, RunningStage.SANITY_CHECKING):
+        return trainer.val_dataloaders
+    if stage == RunningStage.TESTING:
+        return trainer.test_dataloaders
+    return trainer.predict_dataloaders
+
+
+def _check_even(loader: ShardLoader, num_processes: int) -> None:
+    if num_processes > 1 and not loader.sharding.even_batches:
+        raise ValueError(
+            "`gather_for_metrics` needs every process to run as many steps, but the current loader has "
+            "`even_batches=False`, so a process could wait for the others forever. Keep `even_batches=True` "
+            "for validation and test (the default); the padding is dropped when gathering."
+        )

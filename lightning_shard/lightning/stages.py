@@ -1,0 +1,118 @@
+"""The loaders of each Lightning stage: which options they get and how they are built."""
+
+from __future__ import annotations
+
+from typing import Any, TypeGuard
+
+import torch
+from lightning.fabric.utilities.data import sized_len
+from lightning.pytorch.trainer.states import RunningStage
+from torch.utils.data import DataLoader
+
+from lightning_shard.comm.collectives import all_gather_objects
+from lightning_shard.comm.rng import synchronize_rng_states
+from lightning_shard.comm.topology import Topology
+from lightning_shard.lightning._private import record_batch_indices, unwrap_index_batch_sampler
+from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
+from lightning_shard.loaders.settings import loader_settings
+from lightning_shard.loaders.shard import DataLoaderShard
+from lightning_shard.options import ShardOptions
+from lightning_shard.prepare import prepare_with_options
+
+ShardLoader = DataLoaderShard | DataLoaderDispatcher
+
+
+def is_shard_loader(loader: object) -> TypeGuard[ShardLoader]:
+    """Whether ``loader`` was built by ``prepare_data_loader``."""
+    return isinstance(loader, (DataLoaderShard, DataLoaderDispatcher))
+
+
+STAGES = ("train", "validate", "test", "predict")
+"""The keys of per-stage options, e.g. in ``ShardDataModule.shard_options(stage)``."""
+
+_STAGE_OF_RUN = {
+    RunningStage.TRAINING: "train",
+    RunningStage.SANITY_CHECKING: "validate",
+    RunningStage.VALIDATING: "validate",
+    RunningStage.TESTING: "test",
+    RunningStage.PREDICTING: "predict",
+}
+
+
+def stage_key(stage: RunningStage | None) -> str:
+    """The options key (``"train"``, ``"validate"``, ``"test"``, ``"predict"``) of a running stage."""
+    if stage is None:
+        return "train"
+    return _STAGE_OF_RUN[stage]
+
+
+def stage_defaults(options: ShardOptions, stage: str) -> ShardOptions:
+    """The strategy's options as ``stage`` uses them before any per-stage override.
+
+    Training uses them as given. Validation and test are even (every process runs as many steps, so
+    per-step collectives cannot hang) and ``gather_for_metrics`` drops the padding. Predict neither pads
+    nor dispatches, so that every sample is predicted exactly once.
+    """
+    if stage in ("validate", "test"):
+        return options.replace(even_batches=True)
+    if stage == "predict":
+        return options.replace(even_batches=False, dispatch_batches=False)
+    return options
+
+
+def prepare_for_stage(
+    dataloader: DataLoader, options: ShardOptions, topology: Topology, stage: str, device: torch.device
+) -> DataLoader:
+    """``dataloader`` sharded with ``options`` for ``stage``."""
+    if stage == "predict":
+        return _prepare_predict(dataloader, options, topology, device)
+    loader = prepare_with_options(dataloader, options, topology, device=device)
+    if stage == "train":
+        check_even_training(loader, options, topology)
+    return loader
+
+
+def _prepare_predict(
+    dataloader: DataLoader, options: ShardOptions, topology: Topology, device: torch.device
+) -> DataLoader:
+    inner = unwrap_index_batch_sampler(dataloader.batch_sampler)
+    if inner is None:
+        return prepare_with_options(dataloader, options, topology, device=device)
+    plain = DataLoader(dataloader.dataset, batch_sampler=inner, **loader_settings(dataloader))
+    shard = prepare_with_options(plain, options, topology, device=device)
+    assert isinstance(shard, DataLoaderShard)  # NOTE: `stage_defaults` turns dispatch off for predict.
+    # NOTE: the loader below iterates the shard's batch sampler itself, so it must do the shard's one
+    # start-of-iteration job here: give every process the same random order (predict runs once).
+    synchronize_rng_states(shard.rng_types, shard.synchronized_generator)
+    return DataLoader(
+        shard.dataset, batch_sampler=record_batch_indices(shard.batch_sampler), **loader_settings(shard)
+    )
+
+
+def check_even_training(loader: DataLoader, options: ShardOptions, topology: Topology) -> None:
+    """Refuse a training loader that would give processes different numbers of steps (DDP would hang).
+
+    Raises:
+        ValueError: with ``even_batches=False`` when the processes' loader lengths differ.
+    """
+    if options.even_batches or topology.num_processes == 1:
+        return
+    lengths = all_gather_objects(sized_len(loader))
+    if len(set(lengths)) > 1:
+        raise ValueError(
+            f"`even_batches=False` gives the training processes {lengths} batches per epoch; the processes "
+            "with fewer would stop while the others wait in DDP's gradient all-reduce, forever. Use "
+            "`even_batches=True` (the default; the last step is padded with samples from the start of "
+            "the epoch), or `DataLoader(drop_last=True)` to drop the incomplete last batch."
+        )
+
+
+def flatten_loaders(loaders: Any) -> list[Any]:
+    """The loaders in ``trainer.*_dataloaders`` (one, or a list / tuple / dict of them), in order."""
+    if loaders is None:
+        return []
+    if isinstance(loaders, dict):
+        return [leaf for value in loaders.values() for leaf in flatten_loaders(value)]
+    if isinstance(loaders, (list, tuple)):
+        return [leaf for value in loaders for leaf in flatten_loaders(value)]
+    return [loaders]

@@ -1,0 +1,1 @@
+"""Loader layer: the per-process loaders, their position in the epoch and their saved state."""

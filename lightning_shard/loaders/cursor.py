@@ -1,0 +1,57 @@
+"""``EpochCursor``: the loader's index source, able to start anywhere in the epoch by arithmetic."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from lightning_shard.sampling.epochs import forward_epoch
+from lightning_shard.sampling.index_source import SeekableBatchSampler
+from lightning_shard.sampling.samplers import BatchSamplerWrapper
+
+
+class EpochCursor(BatchSamplerWrapper):
+    """Wraps a (sharded) batch sampler; the next iteration starts at ``start`` after ``consumed``.
+
+    ``start`` counts this process's batches; ``consumed`` counts batches of the user's batch sampler
+    already seen by all processes (an elastic restore). Both are reset by ``rewind``. The loader owns
+    the cursor and sets both just before it creates its iterator, so a DataLoader never sees indices
+    of skipped batches, and no sample is loaded to skip it. A wrapped batch sampler that is not a
+    ``SeekableBatchSampler`` is walked (indices only) past what is skipped.
+    """
+
+    def __init__(self, batch_sampler: Any) -> None:
+        self.batch_sampler = batch_sampler
+        self.start = 0
+        self.consumed = 0
+        self.epoch = 0
+        self.observer: Callable[[Iterator[Any]], Iterator[Any]] | None = None
+        """Wraps each iteration's batches of indices when set (``ShardAuditCallback`` records them)."""
+
+    def rewind(self, start: int = 0, consumed: int = 0) -> None:
+        """Make the next iteration start at ``start`` after ``consumed`` (both 0: the epoch's start)."""
+        self.start, self.consumed = start, consumed
+
+    def set_epoch(self, epoch: int) -> None:
+        """Record ``epoch`` and forward it to the wrapped samplers."""
+        self.epoch = epoch
+        forward_epoch(self.batch_sampler, epoch)
+
+    def __iter__(self) -> Iterator[Any]:
+        batches = self._batches()
+        return batches if self.observer is None else self.observer(batches)
+
+    def _batches(self) -> Iterator[Any]:
+        if isinstance(self.batch_sampler, SeekableBatchSampler):
+            return self.batch_sampler.iter_from(self.start, consumed=self.consumed)
+        return itertools.islice(iter(self.batch_sampler), self.consumed + self.start, None)
+
+    def length_after(self, consumed: int) -> int:
+        """This process's batches in an epoch once ``consumed`` batches of the user's sampler are gone."""
+        if isinstance(self.batch_sampler, SeekableBatchSampler):
+            return int(self.batch_sampler.length_after(consumed))
+        return max(len(self.batch_sampler) - consumed, 0)
+
+    def __len__(self) -> int:
+        return self.length_after(self.consumed)

@@ -1,0 +1,342 @@
+"""``DataLoaderDispatcher``: process 0 loads, every other process receives only its slice (docs/DESIGN.md,
+"Scatter dispatch")."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from lightning_shard._checks import check_non_negative
+from lightning_shard.comm.collectives import communication_device, is_distributed
+from lightning_shard.comm.topology import Topology, resolve_topology
+from lightning_shard.comm.tree import batch_length, concatenate, same_layout, send_to_device, slice_batch
+from lightning_shard.comm.wire import Channel, Status
+from lightning_shard.loaders.cursor import EpochCursor
+from lightning_shard.loaders.resumable import ResumableLoaderMixin, ShardingInfo
+from lightning_shard.loaders.settings import check_stateful_class, loader_settings, sampler_kind
+from lightning_shard.loaders.state import decode_generator_state
+
+_END = object()
+
+
+class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
+    """Iterates the user's loader on process 0 only and sends each process its part of each batch.
+
+    Without ``split_batches``, ``N`` consecutive batches form a global batch; with it, each batch is
+    one. Process ``r`` gets rows ``[r * k, (r + 1) * k)`` of the global batch (``k = rows // N``); an
+    incomplete last global batch is completed with the first ``N`` rows of the epoch unless
+    ``drop_last``. When process 0's data ends, every process stops at the same step.
+
+    Args:
+        dataset: the user's dataset (iterated on process 0 only).
+        device: where each slice is put (``None``: left where it is).
+        split_batches: split each batch instead of joining ``N`` batches.
+        skip_batches: steps to skip at the start of the first iteration.
+        use_stateful_dataloader: whether this loader is backed by torchdata's ``StatefulDataLoader``
+            (``True`` needs ``StatefulDataLoaderDispatcher`` or ``stateful_loader_class(cls)``).
+        slice_fn: ``slice_fn(batch, slice, process_index=, num_processes=)``; default cuts every tensor
+            and sequence along dimension 0.
+        non_blocking: asynchronous host-to-device copies.
+        num_processes, process_index: default to the running process group's.
+        **kwargs: any other ``DataLoader`` argument (a ``batch_sampler`` for map-style data).
+
+    Raises:
+        ValueError: if several processes are asked for without a running process group.
+        TypeError: on ``use_stateful_dataloader=True`` for a class that is not a ``StatefulDataLoader``.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        device: torch.device | str | None = None,
+        split_batches: bool = False,
+        skip_batches: int = 0,
+        use_stateful_dataloader: bool = False,
+        slice_fn: Any = None,
+        non_blocking: bool = False,
+        *,
+        num_processes: int | None = None,
+        process_index: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        skip_batches = check_non_negative("skip_batches", skip_batches)
+        check_stateful_class(self, use_stateful_dataloader)
+        topology = resolve_topology(num_processes, process_index)
+        _check_group(topology)
+        if kwargs.get("batch_sampler") is not None and not isinstance(dataset, IterableDataset):
+            kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
+        super().__init__(dataset, **kwargs)
+        self.device = None if device is None else torch.device(device)
+        self.split_batches = split_batches
+        self.slice_fn = slice_fn or slice_batch
+        self.non_blocking = non_blocking
+        self.use_stateful_dataloader = use_stateful_dataloader
+        self.topology = topology
+        self._channels: dict[int, Channel] = {}
+        self._resume_batches = 0
+        self._skipped_head: list[Any] = []
+        self._init_position(skip_batches)
+
+    @property
+    def num_processes(self) -> int:
+        return self.topology.num_processes
+
+    @property
+    def process_index(self) -> int:
+        return self.topology.process_index
+
+    @property
+    def bytes_received(self) -> int:
+        """Bytes this process received from process 0 so far (0 on process 0)."""
+        return sum(channel.bytes_moved for channel in self._channels.values()) if self.process_index else 0
+
+    # -- the pieces ResumableLoaderMixin needs -----------------------------------------------------
+    def _user_drop_last(self) -> bool:
+        cursor = self.cursor
+        return cursor.drop_last if cursor is not None else bool(self.drop_last)
+
+    def _user_batch_size(self) -> int | None:
+        cursor = self.cursor
+        return cursor.batch_size if cursor is not None else self.batch_size
+
+    def _sharding(self) -> ShardingInfo:
+        length = len(self.dataset) if hasattr(self.dataset, "__len__") else None  # type: ignore[arg-type]
+        return ShardingInfo(
+            mode="dispatch",
+            num_processes=self.num_processes,
+            split_batches=self.split_batches,
+            even_batches=True,
+            drop_last=self._user_drop_last(),
+            batch_size=self._user_batch_size(),
+            dataset_length=length,
+            step_size=1 if self.split_batches else self.num_processes,
+            sampler=sampler_kind(self._user_sampler(), self.dataset),
+        )
+
+    def _sampler_generator(self) -> torch.Generator | None:
+        """The sampler's generator, or an iterable dataset's (the reference's convention)."""
+        owner = self._user_sampler() if self.cursor is not None else self.dataset
+        generator = getattr(owner, "generator", None)
+        return generator if isinstance(generator, torch.Generator) else None
+
+    def _user_sampler(self) -> Any:
+        return getattr(self.cursor, "sampler", None)
+
+    def _seek(self, start: int, base: int) -> None:
+        skipped = start * self._sharding().step_size
+        self._resume_batches = base + skipped
+        cursor = self.cursor
+        if cursor is not None:
+            # NOTE: the steps already taken go in `start`, not `consumed`, so `len()` keeps counting the
+            # whole epoch (from `base`), as DataLoaderShard's does; Lightning adds its restored count to it.
+            cursor.rewind(skipped, base)
+
+    def _length_after(self, base: int) -> int:
+        cursor = self.cursor
+        whole = cursor.length_after(base) if cursor is not None else max(DataLoader.__len__(self) - base, 0)
+        if self.split_batches:
+            return whole
+        return whole // self.num_processes if self._user_drop_last() else -(-whole // self.num_processes)
+
+    def fresh_copy(self) -> DataLoaderDispatcher:
+        """A loader with every setting of this one and a position of its own (at the epoch's start).
+
+        The dataset is shared; the batch sampler (and its sampler and generator) is copied.
+        """
+        kwargs = loader_settings(self)
+        kwargs.pop("generator", None)
+        cursor = self.cursor
+        if cursor is None:
+            kwargs.update(batch_size=self.batch_size, drop_last=self.drop_last)
+        else:
+            kwargs["batch_sampler"] = copy.deepcopy(cursor.batch_sampler, {id(self.dataset): self.dataset})
+        twin = type(self)(
+            self.dataset,
+            device=self.device,
+            split_batches=self.split_batches,
+            use_stateful_dataloader=self.use_stateful_dataloader,
+            slice_fn=self.slice_fn,
+            non_blocking=self.non_blocking,
+            num_processes=self.num_processes,
+            process_index=self.process_index,
+            **kwargs,
+        )
+        twin.set_epoch(self.epoch)
+        return twin
+
+    # -- iteration --------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        self._begin_epoch()
+        if self.process_index == 0:
+            return self._serve()
+        return self._receive()
+
+    def _channel(self, peer: int) -> Channel:
+        if peer not in self._channels:
+            self._channels[peer] = Channel(peer, communication_device())
+        return self._channels[peer]
+
+    def _serve(self) -> Iterator[Any]:
+        """Process 0: build global batches, send each peer its slice, yield our own."""
+        last = False
+        try:
+            for batch, last in self._global_slices():
+                for peer in range(1, self.num_processes):
+                    self._channel(peer).send_batch(batch[peer], last)
+                self._progress.steps += 1
+                self._progress.end = last
+                yield send_to_device(batch[0], self.device, self.non_blocking)
+            if not last:
+                for peer in range(1, self.num_processes):
+                    self._channel(peer).send_status(Status.STOP)
+        except Exception as error:
+            for peer in range(1, self.num_processes):
+                self._channel(peer).send_status(Status.ERROR, f"{type(error).__name__}: {error}")
+            raise
+        finally:
+            # NOTE: sends are asynchronous; each must be delivered before its buffers go, also when the
+            # iteration is abandoned (Lightning stops after `len(loader)` batches) and this is closed.
+            for channel in self._channels.values():
+                channel.flush()
+        self._finish_epoch()
+
+    def _receive(self) -> Iterator[Any]:
+        """Other processes: receive slices from process 0 until it says the epoch is over."""
+        channel = self._channel(0)
+        while True:
+            status, batch = channel.receive()
+            if status is Status.ERROR:
+                raise RuntimeError(f"Process 0 failed while loading the batch to dispatch: {batch}")
+            if status is Status.STOP:
+                break
+            self._progress.steps += 1
+            self._progress.end = status is Status.LAST
+            yield send_to_device(batch, self.device, self.non_blocking)
+            if status is Status.LAST:
+                break
+        self._finish_epoch()
+
+    def _global_slices(self) -> Iterator[tuple[list[Any], bool]]:
+        """Each global batch cut into ``N`` slices, and whether it is the epoch's last."""
+        groups = self._global_batches()
+        first: Any = next(groups, _END)
+        current = first
+        # NOTE: a resumed epoch reads its head only if the last global batch needs padding.
+        head = None if current is _END or self._resume_batches else self._head_of(current)
+        while current is not _END:
+            following = next(groups, _END)
+            last = following is _END
+            if last and head is None and self._needs_padding(current):
+                head = self._resumed_head(first)
+            yield self._cut(current, last, head), last
+            current = following
+
+    def _global_batches(self) -> Iterator[list[Any]]:
+        """The batches of the user's loader that form each global batch (``N``, or 1 with ``split_batches``)."""
+        source = super().__iter__()
+        group = 1 if self.split_batches else self.num_processes
+        skip = 0 if self.cursor is not None else self._resume_batches
+        skipped = list(itertools.islice(source, skip))
+        self._skipped_head = skipped[:group]
+        while True:
+            batches = list(itertools.islice(source, group))
+            if not batches or (len(batches) < group and self._user_drop_last()):
+                return
+            yield batches
+
+    def _head_of(self, batches: list[Any]) -> Any:
+        """The first ``N`` rows of the epoch (of ``batches``), to complete an incomplete last global batch."""
+        n = self.num_processes
+        enough = self.slice_fn is slice_batch and batch_length(batches[0]) >= n
+        return self.slice_fn(
+            _joined(batches[:1] if enough else batches), slice(0, n), process_index=0, num_processes=n
+        )
+
+    def _needs_padding(self, batches: list[Any]) -> bool:
+        rows = sum(batch_length(batch) for batch in batches)
+        return not self._user_drop_last() and rows % self.num_processes != 0
+
+    def _resumed_head(self, first: list[Any]) -> Any:
+        """On a resumed epoch, the head of the epoch: its skipped batches, then ``first`` if too few rows."""
+        batches = self._skipped_head if self.cursor is None else self._load_epoch_start()
+        if sum(batch_length(batch) for batch in batches) < self.num_processes:
+            batches = [*batches, *first]
+        return self._head_of(batches)
+
+    def _load_epoch_start(self) -> list[Any]:
+        """The epoch's skipped batches holding its first ``N`` rows, read by index; the order is kept."""
+        cursor = self.cursor
+        assert cursor is not None  # NOTE: only called for map-style data, which always has one.
+        generator, at_start = self._sampler_generator(), self._epoch_generator_state
+        now = generator.get_state() if generator is not None else None
+        if generator is not None and at_start is not None:
+            generator.set_state(decode_generator_state(at_start))
+        batches, rows = [], 0
+        for indices in itertools.islice(cursor.batch_sampler, self._resume_batches):
+            batches.append(self._fetch(indices))
+            rows += len(indices)
+            if rows >= self.num_processes:
+                break
+        if generator is not None and now is not None:
+            generator.set_state(now)
+        return batches
+
+    def _fetch(self, indices: list[int]) -> Any:
+        """One batch of the user's loader, fetched and collated as its DataLoader would."""
+        getitems = getattr(self.dataset, "__getitems__", None)
+        samples = getitems(indices) if callable(getitems) else [self.dataset[index] for index in indices]
+        return self.collate_fn(samples)
+
+    def _cut(self, batches: list[Any], last: bool, head: Any) -> list[Any]:
+        if self._slices_are_batches(batches):
+            return batches
+        batch = _joined(batches)
+        rows, n = batch_length(batch), self.num_processes
+        per = rows // n
+        if last and self._needs_padding(batches):
+            batch, per = self._padded(batch, head), per + 1
+        return [
+            self.slice_fn(batch, slice(r * per, (r + 1) * per), process_index=r, num_processes=n)
+            for r in range(n)
+        ]
+
+    def _slices_are_batches(self, batches: list[Any]) -> bool:
+        """Whether ``N`` batches of one layout are the slices of their concatenation (no need to join)."""
+        if self.slice_fn is not slice_batch or len(batches) != self.num_processes or len(batches) == 1:
+            return False
+        return same_layout(batches)
+
+    def _padded(self, batch: Any, head: Any) -> Any:
+        try:
+            return concatenate([batch, head])
+        except ValueError as error:
+            rows = batch_length(batch)
+            raise ValueError(
+                f"`dispatch_batches=True`: the epoch's last batch has {rows} rows, not a multiple of the "
+                f"number of processes ({self.num_processes}), so it is completed with the epoch's first rows, "
+                f"but their tensors cannot be concatenated ({error.__cause__ or error}). Set `drop_last=True` "
+                "on the DataLoader, or collate every batch to the same trailing shapes."
+            ) from error
+
+
+class StatefulDataLoaderDispatcher(DataLoaderDispatcher, StatefulDataLoader):
+    """``DataLoaderDispatcher`` backed by torchdata's ``StatefulDataLoader``; its state is the shard state."""
+
+
+def _joined(batches: list[Any]) -> Any:
+    return batches[0] if len(batches) == 1 else concatenate(batches)
+
+
+def _check_group(topology: Topology) -> None:
+    if topology.num_processes > 1 and not is_distributed():
+        raise ValueError(
+            f"`dispatch_batches=True` with `num_processes={topology.num_processes}` needs a running "
+            "torch.distributed process group to send batches over. Call `torch.distributed.init_process_group` "
+            "first (Lightning's strategy does), or use `dispatch_batches=False`."
+        )

@@ -1,0 +1,398 @@
+"""What both loaders share: epochs, per-loader iteration state, resumption, and the hook a training loop
+sets to say what it really consumed.
+
+All iteration state lives on the loader instance (docs/DESIGN.md, "No singleton"): ``end_of_dataloader``,
+``remainder`` and the position in the epoch. ``state_dict`` describes the epoch globally ("Global
+state"), so it is the same on every process and loads on any number of processes ("Elastic resume").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from lightning_shard.comm.collectives import is_distributed, world_size
+from lightning_shard.loaders.cursor import EpochCursor
+from lightning_shard.loaders.state import LoaderState, decode_generator_state, encode_generator_state
+from lightning_shard.sampling.epochs import forward_epoch
+from lightning_shard.sampling.samplers import SeedableRandomSampler
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where an epoch stands, or will stand once a restore recorded by ``load_state_dict`` is applied.
+
+    ``steps`` counts the steps taken in the epoch; the first ``base_steps`` of them were taken under
+    another sharding, which consumed ``base`` (batches of the user's loader, or elements of an iterable
+    dataset). This process continues at its batch ``start`` of the current sharding of what is left.
+    """
+
+    epoch: int | None
+    steps: int = 0
+    base: int = 0
+    base_steps: int = 0
+    generator_state: str | None = None
+    sampler_seed: int | None = None
+
+    @property
+    def start(self) -> int:
+        """This process's batch number in the shard of what was left after ``base``."""
+        return self.steps - self.base_steps
+
+
+@dataclass(frozen=True)
+class ShardingInfo:
+    """The sharding a loader applies, as recorded in and checked against saved state."""
+
+    mode: str
+    num_processes: int
+    split_batches: bool
+    even_batches: bool
+    drop_last: bool
+    batch_size: int | None
+    dataset_length: int | None
+    step_size: int
+    """Units of ``base`` consumed per step by all processes together."""
+    sampler: str
+    """The kind of index source: the index sampler's class name, or ``"iterable"``."""
+
+
+@dataclass(frozen=True)
+class Consumed:
+    """How far the code iterating a loader really got in the current epoch."""
+
+    steps: int
+    """Steps consumed in the epoch (the loader may have yielded more: a read-ahead)."""
+    epoch_finished: bool = False
+    """Whether the consumer is done with the epoch; the state then starts the next epoch."""
+
+
+@runtime_checkable
+class ResumeHook(Protocol):
+    """What a training loop tells its loader, set as ``loader.resume_hook``.
+
+    Lightning reads batches ahead of its training step and stops an epoch after ``len(loader)`` batches
+    without exhausting the loader, so what the loader *yielded* is not what training *consumed*; and
+    Lightning keeps its own step counter beside the loader's state. The Lightning adapter sets one of
+    these on every training loader it prepares (``lightning_shard.lightning.checkpoints``).
+    """
+
+    def consumed(self) -> Consumed | None:
+        """What the consumer took of the current epoch; ``None`` when the loader's own count is right."""
+        ...
+
+    def resharded(self, saved: LoaderState) -> None:
+        """Called after ``load_state_dict`` loaded ``saved``, written by another number of processes."""
+        ...
+
+
+class Progress:
+    """Batches yielded in this epoch and whether the last one was, updated at every batch.
+
+    NOTE: a plain slotted object, because every attribute set on a ``DataLoader`` goes through its
+    Python-level ``__setattr__`` (about 0.6 us, twice per batch otherwise).
+    """
+
+    __slots__ = ("steps", "end")
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.end = False
+
+
+class ResumableLoaderMixin:
+    """Epoch, position and state handling shared by ``DataLoaderShard`` and ``DataLoaderDispatcher``."""
+
+    remainder: int
+    resume_hook: ResumeHook | None
+    """Set by a training loop that consumes less than the loader yielded (see ``ResumeHook``)."""
+    _progress: Progress
+    _base: int
+    _base_steps: int
+    _epoch: int
+    _pending: Position | None
+    _epoch_generator_state: str | None
+    _in_epoch: bool
+
+    def _init_position(self, skip_batches: int) -> None:
+        self._progress = Progress()
+        self.remainder = -1
+        self.resume_hook = None
+        self._base = 0
+        self._base_steps = 0
+        self._epoch = 0
+        self._pending = Position(None, steps=skip_batches) if skip_batches else None
+        self._epoch_generator_state = None
+        self._in_epoch = False
+
+    # -- to be provided by the loader -------------------------------------------------------------
+    def _sharding(self) -> ShardingInfo:
+        raise NotImplementedError
+
+    def _sampler_generator(self) -> torch.Generator | None:
+        raise NotImplementedError
+
+    def _user_sampler(self) -> Any:
+        """The index sampler under the loader's batch sampler, if any."""
+        raise NotImplementedError
+
+    def _seek(self, start: int, base: int) -> None:
+        """Make the next iteration start at this process's batch ``start`` after ``base`` was consumed."""
+        raise NotImplementedError
+
+    def _length_after(self, base: int) -> int:
+        """This process's batches in an epoch of which ``base`` units were consumed before it began."""
+        raise NotImplementedError
+
+    def fresh_copy(self) -> Any:
+        """A loader with every setting of this one and a position of its own (at the epoch's start)."""
+        raise NotImplementedError
+
+    # -- what the loader is -----------------------------------------------------------------------
+    @property
+    def sharding(self) -> ShardingInfo:
+        """The sharding this loader applies (mode, processes, batch size, flags, dataset length)."""
+        return self._sharding()
+
+    @property
+    def cursor(self) -> EpochCursor | None:
+        """The index source that makes map-style resumption arithmetic (``None`` for iterable data)."""
+        for candidate in (getattr(self, "batch_sampler", None), getattr(self, "sampler", None)):
+            if isinstance(candidate, EpochCursor):
+                return candidate
+        return None
+
+    def _forward_epoch(self, epoch: int) -> None:
+        """Pass ``epoch`` to the index source, or to a dataset that takes one."""
+        cursor, dataset = self.cursor, getattr(self, "dataset", None)
+        if cursor is not None:
+            cursor.set_epoch(epoch)
+        elif callable(getattr(dataset, "set_epoch", None)):
+            dataset.set_epoch(epoch)  # type: ignore[union-attr]
+        else:
+            forward_epoch(getattr(self, "batch_sampler", None), epoch)
+
+    @property
+    def end_of_dataloader(self) -> bool:
+        """Whether the batch just yielded is the last of the epoch."""
+        return self._progress.end
+
+    @end_of_dataloader.setter
+    def end_of_dataloader(self, value: bool) -> None:
+        self._progress.end = value
+
+    @property
+    def _steps(self) -> int:
+        """Steps taken in the current epoch (counting any skipped or taken before a restore)."""
+        return self._progress.steps
+
+    @_steps.setter
+    def _steps(self, value: int) -> None:
+        self._progress.steps = value
+
+    def __len__(self) -> int:
+        """Steps of the epoch in progress (or the next), counting those taken before a resume."""
+        pending = self._pending
+        if pending is not None:
+            return pending.base_steps + self._length_after(pending.base)
+        if self._in_epoch:
+            return self._base_steps + self._length_after(self._base)
+        return self._length_after(0)
+
+    # -- epochs -----------------------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        """The epoch the next (or current) iteration covers."""
+        return self._epoch
+
+    @property
+    def iteration(self) -> int:
+        """The epoch counter under the reference's name (``epoch``), for code written against it."""
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select ``epoch``; it reaches the sampler, the batch sampler and every wrapper in between.
+
+        Selecting another epoch than the one being iterated abandons that one: the next ``iter()``,
+        and ``state_dict()`` until then, start ``epoch`` from its beginning.
+        """
+        if epoch != self._epoch and self._in_epoch:
+            # NOTE: e.g. Lightning stops after `len(loader)` batches, without exhausting the iterator.
+            self._in_epoch = False
+            self._steps, self._base, self._base_steps = 0, 0, 0
+        self._epoch = epoch
+        self._forward_epoch(epoch)
+
+    # -- iteration bookkeeping --------------------------------------------------------------------
+    def _begin_epoch(self) -> None:
+        """Apply a pending restore (or rewind), then remember the generator state of the epoch."""
+        restore, self._pending = self._pending, None
+        self.end_of_dataloader = False
+        epoch = self._epoch if restore is None or restore.epoch is None else restore.epoch
+        self.set_epoch(epoch)
+        if restore is not None:
+            self._restore_randomness(restore)
+        self._epoch_generator_state = encode_generator_state(self._sampler_generator())
+        self._in_epoch = True
+        position = restore if restore is not None else Position(epoch)
+        self._steps, self._base, self._base_steps = position.steps, position.base, position.base_steps
+        self._seek(position.start, position.base)
+        self.remainder = self._compute_remainder()
+
+    def _restore_randomness(self, restore: Position) -> None:
+        generator = self._sampler_generator()
+        if restore.generator_state is not None and generator is not None:
+            generator.set_state(decode_generator_state(restore.generator_state))
+        sampler = self._user_sampler()
+        if restore.sampler_seed is not None and isinstance(sampler, SeedableRandomSampler):
+            sampler.initial_seed = restore.sampler_seed
+
+    def _sampler_seed(self) -> int | None:
+        """The seed of a ``SeedableRandomSampler`` (its order ignores the generator's state)."""
+        sampler = self._user_sampler()
+        return sampler.initial_seed if isinstance(sampler, SeedableRandomSampler) else None
+
+    def _finish_epoch(self) -> None:
+        self._steps, self._base, self._base_steps = 0, 0, 0
+        self._in_epoch = False
+        self.set_epoch(self._epoch + 1)
+
+    def _position(self) -> Position:
+        """Where the next batch comes from: a pending restore, the epoch in progress, or the next epoch.
+
+        NOTE: between epochs (and before the first) the next epoch starts from the generator's state
+        now, not from the state the finished epoch started with.
+        """
+        pending, seed = self._pending, self._sampler_seed()
+        if pending is not None:
+            epoch = self._epoch if pending.epoch is None else pending.epoch
+            state = pending.generator_state or encode_generator_state(self._sampler_generator())
+            return replace(
+                pending, epoch=epoch, generator_state=state, sampler_seed=pending.sampler_seed or seed
+            )
+        if self._in_epoch:
+            return Position(
+                self._epoch, self._steps, self._base, self._base_steps, self._epoch_generator_state, seed
+            )
+        return Position(
+            self._epoch, generator_state=encode_generator_state(self._sampler_generator()), sampler_seed=seed
+        )
+
+    def _compute_remainder(self) -> int:
+        info = self._sharding()
+        if info.drop_last or info.dataset_length is None or not self.total_batch_size:
+            return -1
+        return info.dataset_length % self.total_batch_size
+
+    @property
+    def total_batch_size(self) -> int:
+        """Samples per step across all processes (``B * N``, or ``B`` with ``split_batches``; 0 unknown)."""
+        info = self._sharding()
+        batch_size = info.batch_size or 0
+        return batch_size if info.split_batches else batch_size * info.num_processes
+
+    @property
+    def total_dataset_length(self) -> int | None:
+        """``len`` of the user's dataset across all processes, ``None`` when it has none."""
+        return self._sharding().dataset_length
+
+    # -- state ------------------------------------------------------------------------------------
+    def state_dict(self, steps: int | None = None) -> dict[str, Any]:
+        """The loader's position as plain data, the same on every process.
+
+        Args:
+            steps: steps consumed in this epoch, when the caller reads ahead of what it consumed;
+                defaults to what the ``resume_hook`` reports, else to the batches this loader yielded.
+
+        Raises:
+            ValueError: if ``steps`` is below the steps taken before this run resumed the epoch.
+        """
+        hook = self.resume_hook
+        consumed = hook.consumed() if steps is None and hook is not None else None
+        if consumed is not None and consumed.epoch_finished:
+            return self._next_epoch_state()
+        if consumed is not None:
+            steps = consumed.steps
+        return self._state_at(self._position(), steps).to_dict()
+
+    def _state_at(self, position: Position, steps: int | None) -> LoaderState:
+        info = self._sharding()
+        steps = position.steps if steps is None else steps
+        if steps < position.base_steps:
+            raise ValueError(
+                f"`steps={steps}` is below the {position.base_steps} steps this epoch took before it was "
+                "resumed on this number of processes. Pass the steps consumed in the whole epoch."
+            )
+        return LoaderState(
+            mode=info.mode,
+            epoch=position.epoch or 0,
+            steps=steps,
+            base=position.base,
+            consumed=position.base + (steps - position.base_steps) * info.step_size,
+            num_processes=info.num_processes,
+            split_batches=info.split_batches,
+            even_batches=info.even_batches,
+            drop_last=info.drop_last,
+            batch_size=info.batch_size,
+            dataset_length=info.dataset_length,
+            generator_state=position.generator_state,
+            sampler_seed=position.sampler_seed,
+            base_steps=position.base_steps,
+            world_size=world_size() if is_distributed() else None,
+            num_workers=int(getattr(self, "num_workers", 0)),
+            sampler=info.sampler,
+        )
+
+    def _next_epoch_state(self) -> dict[str, Any]:
+        """The state at the start of the epoch after the current one, from the generator as it is now."""
+        # NOTE: an uninterrupted run starts the next epoch from the generator as the last one left it. A
+        # loader whose iterator ran to its end has already moved on to the next epoch.
+        following = Position(
+            self._epoch + 1 if self._in_epoch else self._epoch,
+            generator_state=encode_generator_state(self._sampler_generator()),
+            sampler_seed=self._sampler_seed(),
+        )
+        return self._state_at(following, 0).to_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue, at the next ``iter()``, exactly where the run that saved ``state_dict`` stopped.
+
+        State saved by another number of processes continues with every sample that run did not
+        consume, sharded over this one's; its steps keep counting, so ``len()`` is the steps taken
+        plus the steps left.
+
+        Raises:
+            ValueError: if the state is malformed or from another version, dataset length, batch size
+                or ``split_batches`` setting.
+        """
+        saved = LoaderState.from_dict(state_dict)
+        info = self._sharding()
+        _check_compatible(saved, info)
+        resharded = saved.num_processes != info.num_processes
+        # NOTE: another number of processes continues after everything consumed, its steps counted as taken.
+        base, base_steps = (saved.consumed, saved.steps) if resharded else (saved.base, saved.base_steps)
+        self._pending = Position(
+            saved.epoch, saved.steps, base, base_steps, saved.generator_state, saved.sampler_seed
+        )
+        self._epoch = saved.epoch
+        if resharded and self.resume_hook is not None:
+            self.resume_hook.resharded(saved)
+
+
+def _check_compatible(saved: LoaderState, info: ShardingInfo) -> None:
+    for name, here in (
+        ("mode", info.mode),
+        ("dataset_length", info.dataset_length),
+        ("batch_size", info.batch_size),
+        ("split_batches", info.split_batches),
+        ("drop_last", info.drop_last),
+    ):
+        there = getattr(saved, name)
+        if there != here:
+            raise ValueError(
+                f"`state_dict` was saved with `{name}={there!r}`, but this loader has `{name}={here!r}`. "
+                f"Load it into a loader built the same way (same dataset, batch size and flags), "
+                "or start the epoch afresh."
+            )

@@ -1,0 +1,40 @@
+"""What a loader keeps of the user's ``DataLoader`` settings, and what its state records of them."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+_REBUILT_BY_US = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
+
+
+def loader_settings(dataloader: DataLoader) -> dict[str, Any]:
+    """The user's ``DataLoader`` settings we keep as they are (workers, collate, pinning, ...)."""
+    parameters = inspect.signature(DataLoader.__init__).parameters
+    return {
+        name: getattr(dataloader, name, parameter.default)
+        for name, parameter in parameters.items()
+        if name != "self" and name not in _REBUILT_BY_US and parameter.kind is parameter.POSITIONAL_OR_KEYWORD
+    }
+
+
+def sampler_kind(sampler: Any, dataset: Any) -> str:
+    """The kind of index source recorded in the state: the index sampler's class, or ``"iterable"``."""
+    if sampler is None:
+        return "iterable" if not hasattr(dataset, "__getitem__") else "none"
+    return type(sampler).__name__
+
+
+def check_stateful_class(loader: DataLoader, use_stateful_dataloader: bool) -> None:
+    """Refuse ``use_stateful_dataloader=True`` on a loader class that is not a ``StatefulDataLoader``."""
+    if use_stateful_dataloader and not isinstance(loader, StatefulDataLoader):
+        name = type(loader).__name__
+        raise TypeError(
+            f"`use_stateful_dataloader=True` needs a loader backed by torchdata's `StatefulDataLoader`, but "
+            f"`{name}` is not one. Build `lightning_shard.stateful_loader_class({name})(...)` instead (for the "
+            "built-in loaders: `StatefulDataLoaderShard` / `StatefulDataLoaderDispatcher`), or let "
+            "`prepare_data_loader(..., use_stateful_dataloader=True)` pick the class."
+        )

@@ -1,0 +1,312 @@
+"""``DataLoaderShard``: the per-process loader, a real ``DataLoader`` subclass (docs/DESIGN.md, "Real loader
+subclasses", "No singleton", "Global state")."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+from collections.abc import Iterator, Sized
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, SequentialSampler
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from lightning_shard._checks import check_non_negative
+from lightning_shard.comm.collectives import all_gather_objects, communication_device, is_distributed
+from lightning_shard.comm.rng import normalize_rng_types, synchronize_rng_states
+from lightning_shard.comm.tree import send_to_device
+from lightning_shard.loaders.cursor import EpochCursor
+from lightning_shard.loaders.resumable import ResumableLoaderMixin, ShardingInfo
+from lightning_shard.loaders.settings import check_stateful_class, loader_settings, sampler_kind
+from lightning_shard.sampling.iterable_shard import IterableDatasetShard
+
+
+class DataLoaderShard(ResumableLoaderMixin, DataLoader):
+    """Yields this process's batches, optionally on ``device``, and can resume anywhere in an epoch.
+
+    Build it with a ``BatchSamplerShard`` (map-style) or an ``IterableDatasetShard`` (iterable) as
+    ``prepare_data_loader`` does; any other ``DataLoader`` arguments pass through.
+
+    Args:
+        dataset: the dataset, or an ``IterableDatasetShard``.
+        device: where to put each batch (``None``: leave it).
+        rng_types: generators to copy from process 0 at each ``iter()``: ``"torch"``, ``"cuda"``,
+            ``"generator"`` (the sampler's, given as ``synchronized_generator``).
+        synchronized_generator: the sampler's (or iterable dataset's) generator.
+        skip_batches: batches to skip at the start of the first iteration, by index only.
+        use_stateful_dataloader: whether this loader is backed by torchdata's ``StatefulDataLoader``;
+            ``True`` needs a class that is (``StatefulDataLoaderShard``, or ``stateful_loader_class(cls)``
+            for a subclass); ``prepare_data_loader`` picks it for you.
+        non_blocking: asynchronous host-to-device copies (useful with ``pin_memory=True``).
+        **kwargs: any other ``DataLoader`` argument.
+
+    Raises:
+        ValueError / TypeError: on a negative ``skip_batches``, bad ``rng_types``, or
+            ``use_stateful_dataloader=True`` on a class that is not a ``StatefulDataLoader``.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        device: torch.device | str | None = None,
+        rng_types: list[str] | None = None,
+        synchronized_generator: torch.Generator | None = None,
+        skip_batches: int = 0,
+        use_stateful_dataloader: bool = False,
+        non_blocking: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        skip_batches = check_non_negative("skip_batches", skip_batches)
+        check_stateful_class(self, use_stateful_dataloader)
+        self.rng_types = normalize_rng_types(rng_types, synchronized_generator)
+        kwargs = _index_source_with_cursor(dataset, kwargs)
+        super().__init__(dataset, **kwargs)
+        self.device = None if device is None else torch.device(device)
+        self.non_blocking = non_blocking
+        self.synchronized_generator = synchronized_generator
+        self.use_stateful_dataloader = use_stateful_dataloader
+        self._discard = 0
+        self._init_position(skip_batches)
+
+    # -- the pieces ResumableLoaderMixin needs -----------------------------------------------------
+    @property
+    def _shard(self) -> Any:
+        cursor = self.cursor
+        return cursor.batch_sampler if cursor is not None else self.dataset
+
+    def _sharding(self) -> ShardingInfo:
+        shard = self._shard
+        num_processes = getattr(shard, "num_processes", 1)
+        split = bool(getattr(shard, "split_batches", False))
+        if isinstance(shard, IterableDatasetShard):
+            return ShardingInfo(
+                mode="shard",
+                num_processes=num_processes,
+                split_batches=split,
+                even_batches=True,
+                drop_last=shard.drop_last,
+                batch_size=shard.batch_size,
+                dataset_length=_length(shard.dataset),
+                step_size=shard.global_batch_size,
+                sampler="iterable",
+            )
+        return ShardingInfo(
+            mode="shard",
+            num_processes=num_processes,
+            split_batches=split,
+            even_batches=bool(getattr(shard, "even_batches", True)),
+            drop_last=bool(getattr(shard, "drop_last", False)),
+            batch_size=getattr(shard, "batch_size", None),
+            dataset_length=_length(self.dataset),
+            step_size=1 if split else num_processes,
+            sampler=sampler_kind(self._user_sampler(), self.dataset),
+        )
+
+    def _sampler_generator(self) -> torch.Generator | None:
+        if self.synchronized_generator is not None:
+            return self.synchronized_generator
+        return getattr(getattr(self._shard, "sampler", None), "generator", None)
+
+    def _user_sampler(self) -> Any:
+        return getattr(self._shard, "sampler", None)
+
+    def _seek(self, start: int, base: int) -> None:
+        cursor = self.cursor
+        self._discard = 0
+        if cursor is not None:
+            cursor.rewind(start, base)
+        elif isinstance(self.dataset, IterableDatasetShard):
+            # NOTE: each worker iterates its own copy of the stream and the DataLoader interleaves
+            # their batches, so with workers the batches to skip are dropped after interleaving: exact,
+            # at the cost of collating them.
+            self._discard = start if self.num_workers > 0 else 0
+            self.dataset.resume(skip_steps=start - self._discard, skip_elements=base)
+        elif start or base:
+            raise ValueError(
+                "This loader's dataset is iterable but not an `IterableDatasetShard`, so it cannot skip "
+                f"{start + base} batches. Build the loader with `prepare_data_loader`."
+            )
+
+    def _length_after(self, base: int) -> int:
+        cursor, dataset = self.cursor, self.dataset
+        if cursor is not None:
+            return cursor.length_after(base)
+        if not isinstance(dataset, IterableDatasetShard):
+            return DataLoader.__len__(self)
+        elements = dataset.length_after(base)
+        if self.batch_size is None:
+            return elements
+        rounded = math.floor if self.drop_last else math.ceil
+        return int(rounded(elements / self.batch_size))
+
+    def fresh_copy(self) -> DataLoaderShard:
+        """A loader with every setting of this one and a position of its own (at the epoch's start).
+
+        The dataset is shared; the index source (batch sampler, sampler, generator) or iterable shard
+        is copied, so iterating one never moves the other. The epoch is kept.
+        """
+        shared = {id(_user_dataset(self.dataset)): _user_dataset(self.dataset)}
+        cursor = self.cursor
+        kwargs = dict(loader_settings(self))
+        if cursor is None:
+            dataset = copy.deepcopy(self.dataset, shared)
+            kwargs.update(batch_size=self.batch_size, drop_last=self.drop_last)
+        else:
+            dataset = self.dataset
+            index = copy.deepcopy(cursor.batch_sampler, shared)
+            kwargs.update(
+                {"sampler": index, "batch_size": None} if cursor is self.sampler else {"batch_sampler": index}
+            )
+        # NOTE: one memo for everything copied: a generator shared by the sampler, the loader (worker seeds)
+        # and `synchronized_generator` stays one generator in the copy.
+        kwargs["generator"] = copy.deepcopy(self.generator, shared)
+        twin = type(self)(
+            dataset,
+            device=self.device,
+            rng_types=list(self.rng_types),
+            synchronized_generator=copy.deepcopy(self.synchronized_generator, shared),
+            use_stateful_dataloader=self.use_stateful_dataloader,
+            non_blocking=self.non_blocking,
+            **kwargs,
+        )
+        twin.set_epoch(self.epoch)
+        return twin
+
+    # -- iteration --------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        synchronize_rng_states(self.rng_types, self.synchronized_generator)
+        self._begin_epoch()
+        batches = super().__iter__()
+        return self._look_ahead(itertools.islice(batches, self._discard, None) if self._discard else batches)
+
+    def _look_ahead(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """Yield batches one behind the DataLoader, so the last one is known to be the last."""
+        agreement = _EndAgreement() if _streams_must_agree(self.dataset) else None
+        device, non_blocking, progress = self.device, self.non_blocking, self._progress
+        current = _fetch(batches, agreement, progress.steps)
+        while _agreed(current, agreement) is not _END:
+            if device is not None:
+                current = send_to_device(current, device, non_blocking)
+            following = _fetch(batches, agreement, progress.steps + 1)
+            progress.end = following is _END
+            progress.steps += 1
+            yield current
+            current = following
+        self._finish_epoch()
+
+
+class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
+    """``DataLoaderShard`` backed by torchdata's ``StatefulDataLoader`` (``use_stateful_dataloader=True``).
+
+    ``state_dict`` / ``load_state_dict`` are the shard state's, as for ``DataLoaderShard``.
+    NOTE: torchdata's own ``StatefulDataLoader.state_dict(loader)`` is not a resume point of this loader:
+    it counts the batch this loader has read ahead (to know the epoch's last batch), so it is not offered.
+    """
+
+
+_END = object()
+
+
+def _fetch(batches: Iterator[Any], agreement: _EndAgreement | None, position: int) -> Any:
+    """Batch ``position`` of the epoch, or ``_END``; with an agreement, its check starts now."""
+    batch = next(batches, _END)
+    if agreement is not None:
+        agreement.start(batch is _END, position)
+    return batch
+
+
+def _agreed(batch: Any, agreement: _EndAgreement | None) -> Any:
+    """``batch``, once every process agrees on whether the stream ended there."""
+    if agreement is not None:
+        agreement.settle()
+    return batch
+
+
+def _streams_must_agree(dataset: Any) -> bool:
+    """Whether this iterable shard's processes must check, batch by batch, that they end together.
+
+    Only when the process group is the data-parallel group, so that every member iterates this loader.
+    """
+    return (
+        isinstance(dataset, IterableDatasetShard)
+        and dataset.num_processes > 1
+        and is_distributed()
+        and dist.get_world_size() == dataset.num_processes
+    )
+
+
+class _EndAgreement:
+    """Checks that an iterable shard's stream ends on every process at the same batch (docs/DESIGN.md, "No hangs").
+
+    NOTE: every process reads the whole stream, so all end together exactly when the stream is the
+    same on every process. Each fetch starts a one-element all-reduce of "the stream ended here",
+    waited for only before that batch is yielded: its latency overlaps the step on the batch before.
+    A check at the end of the epoch would come too late, after a step one process takes alone, and
+    would pair with that step's collectives (gloo aborts on such a mismatch).
+    """
+
+    def __init__(self) -> None:
+        self._pending: tuple[bool, int, torch.Tensor, Any] | None = None
+
+    def start(self, ended: bool, position: int) -> None:
+        flag = torch.tensor([int(ended)], dtype=torch.int64, device=communication_device())
+        self._pending = (ended, position, flag, dist.all_reduce(flag, async_op=True))
+
+    def settle(self) -> None:
+        """Wait for the started check; raise on every process at once if only some streams ended."""
+        assert self._pending is not None  # NOTE: each settle follows its start in `_look_ahead`.
+        ended, position, flag, work = self._pending
+        self._pending = None
+        work.wait()
+        count, world = int(flag.item()), dist.get_world_size()
+        if 0 < count < world:
+            ended_on = [rank for rank, done in enumerate(all_gather_objects(ended)) if done]
+            raise RuntimeError(
+                f"The iterable dataset ran out on processes {ended_on} of {world} after {position} batches, "
+                "but not on the others: it yields different elements on different processes. Every process "
+                "reads the whole stream and keeps its own slice, so make the dataset yield the same stream "
+                "on every process (do not split it by rank yourself), or shard it yourself and use a plain "
+                "`DataLoader` without `prepare_data_loader`."
+            )
+
+
+def _user_dataset(dataset: Any) -> Any:
+    return dataset.dataset if isinstance(dataset, IterableDatasetShard) else dataset
+
+
+def _length(dataset: Any) -> int | None:
+    if isinstance(dataset, IterableDatasetShard):
+        return _length(dataset.dataset)
+    return len(dataset) if isinstance(dataset, Sized) else None
+
+
+def _index_source_with_cursor(dataset: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Route the loader's batch indices through an ``EpochCursor`` (map-style datasets only)."""
+    if isinstance(dataset, IterableDataset):
+        return kwargs
+    kwargs = dict(kwargs)
+    if kwargs.get("batch_sampler") is not None:
+        kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
+    elif isinstance(kwargs.get("sampler"), BatchSampler) and kwargs.get("batch_size", 1) is None:
+        kwargs["sampler"] = EpochCursor(kwargs["sampler"])
+    elif kwargs.get("batch_size", 1) is not None:
+        kwargs["batch_sampler"] = EpochCursor(_default_batch_sampler(dataset, kwargs))
+    return kwargs
+
+
+def _default_batch_sampler(dataset: Any, kwargs: dict[str, Any]) -> BatchSampler:
+    """The batch sampler ``DataLoader`` would build from ``batch_size`` / ``shuffle`` / ``sampler``."""
+    sampler = kwargs.pop("sampler", None)
+    shuffle = kwargs.pop("shuffle", None)
+    if sampler is None:
+        sampler = (
+            RandomSampler(dataset, generator=kwargs.get("generator"))
+            if shuffle
+            else SequentialSampler(dataset)
+        )
+    batch_size = kwargs.pop("batch_size", 1)
+    drop_last = kwargs.pop("drop_last", False)
+    return BatchSampler(sampler, batch_size, drop_last)

@@ -1,0 +1,226 @@
+"""``BatchSamplerShard``: one process's share of a batch sampler, by whole batches or by slices."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Iterator, Sized
+from typing import Any
+
+from torch.utils.data import BatchSampler
+
+from lightning_shard._checks import check_num_processes, check_process_index, check_split_batch_size
+from lightning_shard.sampling.epochs import forward_epoch
+from lightning_shard.sampling.fast_index import ShardLayout, fast_epoch_order
+
+
+class BatchSamplerShard(BatchSampler):
+    """Shards ``batch_sampler`` so that process ``process_index`` of ``num_processes`` gets its batches.
+
+    With ``split_batches=False`` process ``r`` gets global batches ``r, r + N, ...``; with
+    ``split_batches=True`` it gets slice ``r`` of every batch. With ``even_batches=True`` every process
+    yields the same number of full batches, the shortfall filled with indices from the start of the
+    epoch; with ``even_batches=False`` nothing is repeated and the last batches may be short or missing.
+    For a plain ``BatchSampler`` over a sequential or random sampler, only this process's indices are
+    computed, vectorised (docs/DESIGN.md, "Fast index path"); the result equals the generic path's.
+
+    Args:
+        batch_sampler: the batch sampler to shard (any iterable of index lists).
+        num_processes: the number of data-parallel processes ``N``.
+        process_index: this process's index in ``[0, N)``.
+        split_batches: split each batch across processes instead of dealing out whole batches.
+        even_batches: pad so that every process yields as many batches as the others.
+
+    Raises:
+        TypeError: if ``num_processes`` or ``process_index`` is not an integer.
+        ValueError: if ``num_processes < 1``, ``process_index`` is outside ``[0, N)``, or, with
+            ``split_batches=True``, the batch size is unknown or not a multiple of ``N``.
+    """
+
+    def __init__(
+        self,
+        batch_sampler: Any,
+        num_processes: int = 1,
+        process_index: int = 0,
+        split_batches: bool = False,
+        even_batches: bool = True,
+    ) -> None:
+        self.num_processes = check_num_processes(num_processes)
+        self.process_index = check_process_index(process_index, self.num_processes)
+        self.batch_sampler = batch_sampler
+        self.split_batches = split_batches
+        self.even_batches = even_batches
+        self.batch_size: int | None = getattr(batch_sampler, "batch_size", None)  # type: ignore[assignment]
+        self.drop_last: bool = bool(getattr(batch_sampler, "drop_last", False))
+        if split_batches:
+            check_split_batch_size(self.batch_size, self.num_processes, "batch sampler")
+        self.epoch = 0
+
+    @property
+    def sampler(self) -> Any:  # type: ignore[override]
+        """The index sampler under the wrapped batch sampler, when it has one."""
+        return getattr(self.batch_sampler, "sampler", None)
+
+    @property
+    def total_length(self) -> int:
+        """The number of global batches of the wrapped batch sampler."""
+        return len(self.batch_sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Record ``epoch`` and forward it to the wrapped batch sampler and its sampler."""
+        self.epoch = epoch
+        forward_epoch(self.batch_sampler, epoch)
+
+    def _layout(self) -> ShardLayout | None:
+        """The arithmetic layout when the epoch length is known from a plain sampler."""
+        sampler = self.sampler
+        if self.batch_size is None or type(self.batch_sampler) is not BatchSampler:
+            return None
+        if not isinstance(sampler, Sized):
+            return None
+        return ShardLayout(
+            length=len(sampler),
+            batch_size=self.batch_size,
+            num_processes=self.num_processes,
+            process_index=self.process_index,
+            split_batches=self.split_batches,
+            even_batches=self.even_batches,
+            drop_last=self.drop_last,
+        )
+
+    def __len__(self) -> int:
+        return self.length_after(0)
+
+    def length_after(self, consumed: int) -> int:
+        """How many batches this process yields once ``consumed`` batches of the wrapped sampler are gone."""
+        layout = self._layout()
+        if layout is not None:
+            return layout.skip(consumed * (self.batch_size or 0)).num_batches()
+        return self._generic_length(max(len(self.batch_sampler) - consumed, 0), consumed)
+
+    def _generic_length(self, total: int, consumed: int) -> int:
+        if self.split_batches:
+            return total - self._misses_short_slice(consumed)
+        rounds, extra = divmod(total, self.num_processes)
+        if extra == 0 or self.drop_last:
+            return rounds
+        return rounds + (self.even_batches or self.process_index < extra)
+
+    def _misses_short_slice(self, consumed: int) -> bool:
+        """Whether, splitting without padding, this process gets no slice of the short last batch."""
+        sampler, size = self.sampler, self.batch_size
+        if self.even_batches or self.drop_last or size is None or not isinstance(sampler, Sized):
+            return False
+        short = max(len(sampler) - consumed * size, 0) % size
+        return 0 < short <= (size // self.num_processes) * self.process_index
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return self.iter_from(0)
+
+    def iter_from(self, start: int, *, consumed: int = 0) -> Iterator[list[int]]:
+        """Yield this process's batches from its batch number ``start`` on.
+
+        ``consumed`` first drops that many batches of the wrapped sampler and shards the rest, as a
+        run on another number of processes that already consumed them would (elastic resumption).
+        """
+        fast = fast_epoch_order(self.batch_sampler)
+        layout = self._layout()
+        if fast is not None and layout is not None:
+            return self._iter_fast(layout, fast.draw, fast.finish, start, consumed)
+        source = itertools.islice(iter(self.batch_sampler), consumed, None)
+        return itertools.islice(self._iter_generic(source), start, None)
+
+    @staticmethod
+    def _iter_fast(
+        layout: ShardLayout, draw: Any, finish: Any, start: int, consumed: int
+    ) -> Iterator[list[int]]:
+        order = draw()
+        offset = min(consumed * layout.batch_size, layout.length)
+        rest = None if order is None else order[offset:]
+        yield from layout.skip(offset).iter_batches(rest, start, offset=offset if order is None else 0)
+        finish()
+
+    def _iter_generic(self, source: Iterable[Any] | None = None) -> Iterator[list[int]]:
+        """The streaming path, for any batch sampler; ``source`` replaces the wrapped sampler's batches."""
+        batches = self.batch_sampler if source is None else source
+        return self._iter_split(batches) if self.split_batches else self._iter_whole(batches)
+
+    def _is_full(self, batch: Sized) -> bool:
+        return self.batch_size is None or len(batch) == self.batch_size
+
+    def _iter_split(self, batches: Iterable[Any]) -> Iterator[list[int]]:
+        assert self.batch_size is not None  # NOTE: checked in __init__ for split_batches.
+        width = self.batch_size // self.num_processes
+        lo, hi = width * self.process_index, width * (self.process_index + 1)
+        first: list[int] = []
+        last: list[int] = []
+        for position, batch in enumerate(batches):
+            if position == 0:
+                first = list(batch)
+            if len(batch) == self.batch_size:
+                yield batch[lo:hi]
+            last = batch
+        if self.drop_last or not first or len(last) >= self.batch_size:
+            return
+        if not self.even_batches:
+            if len(last) > lo:
+                yield last[lo:hi]
+            return
+        yield (list(last) + _repeat_to(first, self.batch_size))[lo:hi]
+
+    def _iter_whole(self, batches: Iterable[Any]) -> Iterator[list[int]]:
+        n, r = self.num_processes, self.process_index
+        head: list[Any] = []
+        mine: Any = None
+        last: Any = []
+        seen = 0
+        for position, batch in enumerate(batches):
+            if not self.drop_last and position < n:
+                head.append(batch)
+            if position % n == r:
+                mine = batch
+            if position % n == n - 1 and self._is_full(batch):
+                yield mine
+                mine = None
+            last, seen = batch, position + 1
+        if self.drop_last or not _has_data(head, self.batch_size):
+            return
+        if not self.even_batches:
+            if mine:
+                yield mine
+            return
+        if mine and self._is_full(mine):
+            yield mine
+        yield from self._pad_whole(head, last, seen)
+
+    def _pad_whole(self, head: list[Any], last: Any, seen: int) -> Iterator[list[int]]:
+        """Complete the last round with batches that continue into the start of the epoch."""
+        n, r = self.num_processes, self.process_index
+        if self.batch_size is None:
+            pool = _repeat_to(head, n)
+            for offset, position in enumerate(range(seen, math.ceil(seen / n) * n)):
+                if position % n == r:
+                    yield pool[offset]
+            return
+        pool = _repeat_to([index for batch in head for index in batch], n * self.batch_size)
+        partial, position = ([], seen) if self._is_full(last) else (list(last), seen - 1)
+        cursor = 0
+        while position % n != 0 or partial:
+            stop = cursor + self.batch_size - len(partial)
+            batch = partial + pool[cursor:stop]
+            if position % n == r:
+                yield batch
+            cursor, partial, position = stop, [], position + 1
+
+
+def _has_data(head: list[Any], batch_size: int | None) -> bool:
+    """Whether the first batches hold anything to pad with (whole batches count when sizes vary)."""
+    return bool(head) if batch_size is None else any(len(batch) for batch in head)
+
+
+def _repeat_to(items: list[Any], minimum: int) -> list[Any]:
+    """``items`` doubled until it holds at least ``minimum`` entries."""
+    pool = list(items)
+    while len(pool) < minimum:
+        pool += pool
+    return pool

@@ -1,0 +1,167 @@
+"""Vectorised index path (docs/DESIGN.md, "Fast index path"): one process's batches by arithmetic on the epoch's order.
+
+For a plain ``BatchSampler`` over a standard sampler, the epoch's order is one tensor (``arange`` or
+the ``randperm`` the sampler itself would draw). The global batches are consecutive slices of it, so a
+process's batches are a strided view, plus at most one tail batch built from the end-of-epoch padding
+rule: the order continues with the start of the epoch (the first ``N`` batches, or the first batch
+with ``split_batches``), cycled as often as needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+
+from lightning_shard.sampling.samplers import SeedableRandomSampler
+
+_CHUNK_ROWS = 1024
+
+
+@dataclass(frozen=True)
+class ShardLayout:
+    """How one process cuts an epoch of ``length`` indices into its batches."""
+
+    length: int
+    batch_size: int
+    num_processes: int
+    process_index: int
+    split_batches: bool
+    even_batches: bool
+    drop_last: bool
+
+    def skip(self, offset: int) -> ShardLayout:
+        """The layout of the same epoch once its first ``offset`` indices are gone."""
+        return replace(self, length=max(self.length - offset, 0))
+
+    def _head_length(self) -> int:
+        span = self.batch_size if self.split_batches else self.batch_size * self.num_processes
+        return min(span, self.length)
+
+    def row_geometry(self) -> tuple[int, int, int, int]:
+        """``(rows, first, stride, width)``: row ``k`` of the unpadded batches is
+        ``order[first + k * stride : first + k * stride + width]``."""
+        n, b, r = self.num_processes, self.batch_size, self.process_index
+        full = self.length // b
+        if self.split_batches:
+            return full, r * (b // n), b, b // n
+        return full // n, r * b, n * b, b
+
+    def main_rows(self, order: torch.Tensor) -> torch.Tensor:
+        """This process's full batches that need no padding, as a ``(rows, width)`` view."""
+        rows, first, stride, width = self.row_geometry()
+        groups = order[: rows * stride].view(rows, stride)
+        return groups[:, first : first + width]
+
+    def tail_span(self) -> tuple[int, int] | None:
+        """Positions ``[start, stop)`` in the padded epoch of this process's last batch, if any."""
+        n, b, r, length = self.num_processes, self.batch_size, self.process_index, self.length
+        if self.drop_last or length % (b if self.split_batches else b * n) == 0:
+            return None
+        full = length // b
+        if self.split_batches:
+            start = full * b + r * (b // n)
+            stop = start + b // n
+        else:
+            start = ((full // n) * n + r) * b
+            stop = start + b
+        if not self.even_batches:
+            stop = min(stop, length)
+        return (start, stop) if start < stop else None
+
+    def tail_positions(self) -> list[int] | None:
+        """Positions in the epoch order of this process's last batch, padded from the epoch's start."""
+        span = self.tail_span()
+        if span is None:
+            return None
+        head = self._head_length()
+        return [p if p < self.length else (p - self.length) % head for p in range(*span)]
+
+    def num_batches(self) -> int:
+        """Exactly how many batches this process yields in the epoch."""
+        n, b = self.num_processes, self.batch_size
+        full = self.length // b
+        rows = full if self.split_batches else full // n
+        return rows + (self.tail_span() is not None)
+
+    def iter_batches(
+        self, order: torch.Tensor | None, start: int = 0, offset: int = 0
+    ) -> Iterator[list[int]]:
+        """Yield this process's batches from batch ``start`` on, as lists of ints.
+
+        ``order`` is the epoch's order; ``None`` means the identity shifted by ``offset`` (a sequential
+        sampler), computed with ranges instead of tensors.
+        """
+        rows = self.row_geometry()[0]
+        if order is None:
+            yield from self._identity_rows(start, offset)
+        else:
+            main = self.main_rows(order)
+            for first in range(start, rows, _CHUNK_ROWS):
+                yield from main[first : first + _CHUNK_ROWS].tolist()
+        tail = self.tail_positions()
+        if tail is not None and start <= rows:
+            yield [offset + p for p in tail] if order is None else order[tail].tolist()
+
+    def _identity_rows(self, start: int, offset: int) -> Iterator[list[int]]:
+        rows, first, stride, width = self.row_geometry()
+        for begin in range(offset + first + start * stride, offset + first + rows * stride, stride):
+            yield list(range(begin, begin + width))
+
+
+def _identity_order() -> None:
+    """A sequential sampler's order is the identity: no tensor is needed."""
+    return None
+
+
+def _random_order(sampler: RandomSampler) -> Callable[[], torch.Tensor]:
+    """Draw exactly what ``RandomSampler.__iter__`` draws, from the same generator state."""
+
+    def draw() -> torch.Tensor:
+        n = len(sampler.data_source)  # type: ignore[arg-type]
+        if isinstance(sampler, SeedableRandomSampler):
+            return torch.randperm(n, generator=sampler.reseed())
+        if sampler.generator is None:
+            seed = int(torch.empty((), dtype=torch.int64).random_().item())
+            return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+        return torch.randperm(n, generator=sampler.generator)
+
+    return draw
+
+
+def _finish_random(sampler: RandomSampler) -> Callable[[], None]:
+    """Advance a visible generator as ``RandomSampler`` does after its last index (a discarded draw)."""
+
+    def finish() -> None:
+        visible = sampler.generator is not None and not (
+            isinstance(sampler, SeedableRandomSampler) and sampler.owns_generator
+        )
+        if visible:
+            torch.randperm(len(sampler.data_source), generator=sampler.generator)  # type: ignore[arg-type]
+
+    return finish
+
+
+@dataclass(frozen=True)
+class EpochOrder:
+    """How to draw an epoch's order for a sampler with a fast path, and how to finish the epoch."""
+
+    draw: Callable[[], torch.Tensor | None]
+    finish: Callable[[], None]
+
+
+def fast_epoch_order(batch_sampler: object) -> EpochOrder | None:
+    """The fast path for ``batch_sampler``, or ``None`` when only the generic path is exact."""
+    if type(batch_sampler) is not BatchSampler:
+        return None
+    sampler: Any = batch_sampler.sampler
+    if type(sampler) is SequentialSampler:
+        return EpochOrder(_identity_order, lambda: None)
+    if type(sampler) in (RandomSampler, SeedableRandomSampler):
+        if sampler.replacement or sampler.num_samples != len(sampler.data_source):
+            return None
+        return EpochOrder(_random_order(sampler), _finish_random(sampler))
+    return None

@@ -1,0 +1,121 @@
+"""Samplers whose order is a pure function of their inputs, and index-level skipping."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sized
+from typing import Any
+
+import torch
+from torch.utils.data import BatchSampler, RandomSampler
+
+from lightning_shard._checks import check_non_negative, check_seed
+from lightning_shard.sampling.epochs import forward_epoch
+from lightning_shard.sampling.index_source import SeekableBatchSampler
+
+
+class SeedableRandomSampler(RandomSampler):
+    """A ``RandomSampler`` whose order is a pure function of ``(data_seed, epoch)``.
+
+    The permutation of epoch ``e`` is the one ``RandomSampler`` draws from a generator seeded with
+    ``data_seed + e``. Unlike the reference, iterating does not advance ``epoch``: only ``set_epoch``
+    changes it, so a resumed run replays the permutation of the epoch it stopped in.
+
+    Args:
+        data_source: the dataset to sample from.
+        replacement, num_samples, generator: as for ``RandomSampler``. A given generator is re-seeded
+            at the start of each iteration.
+        data_seed: the base seed; defaults to ``torch.initial_seed()`` when ``None``.
+
+    Raises:
+        TypeError: if ``data_seed`` is not an integer.
+    """
+
+    def __init__(
+        self,
+        data_source: Sized,
+        replacement: bool = False,
+        num_samples: int | None = None,
+        generator: torch.Generator | None = None,
+        *,
+        data_seed: int | None = None,
+    ) -> None:
+        super().__init__(data_source, replacement=replacement, num_samples=num_samples, generator=generator)
+        seed = check_seed("data_seed", data_seed)
+        self.initial_seed: int = seed if seed is not None else torch.initial_seed()
+        self.epoch: int = 0
+        self._owns_generator = generator is None
+        if self.generator is None:
+            self.generator = torch.Generator()
+
+    @property
+    def owns_generator(self) -> bool:
+        """Whether the generator is private, so its state after an epoch is unobservable."""
+        return self._owns_generator
+
+    def reseed(self) -> torch.Generator:
+        """Seed the generator for the current epoch and return it."""
+        assert self.generator is not None  # NOTE: set in __init__; kept Optional by the base class.
+        self.generator.manual_seed(self.initial_seed + self.epoch)
+        return self.generator
+
+    def __iter__(self) -> Iterator[int]:
+        self.reseed()
+        yield from super().__iter__()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the permutation of ``epoch``; never changed by iterating."""
+        self.epoch = epoch
+
+
+class BatchSamplerWrapper(BatchSampler):
+    """Base of batch samplers that wrap another: its ``batch_size``, ``drop_last`` and ``sampler`` show through."""
+
+    batch_sampler: Any
+
+    @property
+    def batch_size(self) -> int | None:  # type: ignore[override]
+        return getattr(self.batch_sampler, "batch_size", None)
+
+    @property
+    def drop_last(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self.batch_sampler, "drop_last", False))
+
+    @property
+    def sampler(self) -> Any:  # type: ignore[override]
+        return getattr(self.batch_sampler, "sampler", None)
+
+
+class SkipBatchSampler(BatchSamplerWrapper):
+    """Yields the batches of ``batch_sampler`` after the first ``skip_batches``, by index only.
+
+    When the wrapped sampler is a ``SeekableBatchSampler`` (as ``BatchSamplerShard`` is), the skip costs
+    arithmetic; otherwise it walks the skipped indices without loading data.
+
+    Args:
+        batch_sampler: the batch sampler to skip into.
+        skip_batches: how many batches of the current epoch to skip.
+
+    Raises:
+        ValueError: if ``skip_batches`` is negative.
+    """
+
+    def __init__(self, batch_sampler: Any, skip_batches: int = 0) -> None:
+        self.batch_sampler = batch_sampler
+        self.skip_batches = check_non_negative("skip_batches", skip_batches)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if isinstance(self.batch_sampler, SeekableBatchSampler):
+            yield from self.batch_sampler.iter_from(self.skip_batches)
+        else:
+            yield from itertools.islice(iter(self.batch_sampler), self.skip_batches, None)
+
+    @property
+    def total_length(self) -> int:
+        return len(self.batch_sampler)
+
+    def __len__(self) -> int:
+        return max(len(self.batch_sampler) - self.skip_batches, 0)
+
+    def set_epoch(self, epoch: int) -> None:
+        forward_epoch(self.batch_sampler, epoch)

@@ -1,0 +1,62 @@
+"""The layers as built (docs/DESIGN.md, "Layers"): the core never imports Lightning, nothing patches the
+import system, and importing the package registers the strategies the ordinary way."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning_shard
+
+PACKAGE = Path(lightning_shard.__file__).parent
+CORE = [path for path in PACKAGE.rglob("*.py") if "lightning" not in path.relative_to(PACKAGE).parts[:-1]]
+
+
+def _imported(path: Path) -> list[str]:
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names.append(node.module or "")
+    return names
+
+
+def test_core_modules_do_not_import_lightning() -> None:
+    core = [path for path in CORE if path != PACKAGE / "__init__.py"]
+    assert len(core) > 15, "the core modules were found"
+    for path in core:
+        imported = _imported(path)
+        assert not any(name.split(".")[0] in ("lightning", "pytorch_lightning") for name in imported), path
+        assert "lightning_shard.lightning" not in imported, path
+
+
+def test_no_import_machinery() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        assert "__getattr__" not in functions, f"a module `__getattr__` in {path}"
+        assert "meta_path" not in path.read_text(), path
+        assert "importlib" not in _imported(path), path
+
+
+def test_the_package_top_is_small_and_layered() -> None:
+    modules = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(modules) <= 8, modules
+    assert {path.name for path in PACKAGE.iterdir() if path.is_dir() and path.name != "__pycache__"} == {
+        "sampling", "loaders", "comm", "lightning"
+    }  # fmt: skip
+
+
+def test_import_registers_the_strategies() -> None:
+    script = (
+        "import lightning_shard\n"
+        "from lightning.pytorch.strategies import StrategyRegistry\n"
+        "assert {'shard', 'shard_spawn'} <= set(StrategyRegistry)\n"
+        "import lightning.pytorch as pl\n"
+        "trainer = pl.Trainer(strategy='shard', devices=2, accelerator='cpu', logger=False)\n"
+        "assert type(trainer.strategy).__name__ == 'ShardStrategy'\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)

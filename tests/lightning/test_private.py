@@ -1,0 +1,75 @@
+"""Guards for the private Lightning names in ``lightning_shard/lightning/_private.py``, and for the
+Lightning behaviour the adapter relies on: these fail as soon as a Lightning release changes them."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from types import SimpleNamespace
+
+import lightning.pytorch as pl
+from lightning.pytorch.trainer.states import RunningStage
+from lightning.pytorch.utilities.data import _update_dataloader
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
+
+import lightning_shard.lightning
+from lightning_shard.lightning._private import (
+    StrategyRegistryType,
+    disable_sampler_injection,
+    record_batch_indices,
+    sampler_injection_enabled,
+    unwrap_index_batch_sampler,
+)
+
+
+def _trainer() -> pl.Trainer:
+    return pl.Trainer(strategy="ddp", devices=2, accelerator="cpu", logger=False)
+
+
+def test_sampler_injection_is_turned_off_where_lightning_decides_it() -> None:
+    trainer = _trainer()
+    loader = DataLoader(range(10), batch_size=2)
+    assert sampler_injection_enabled(trainer)
+    assert trainer._data_connector._requires_distributed_sampler(loader)
+    disable_sampler_injection(trainer)
+    assert not sampler_injection_enabled(trainer)
+    assert not trainer._data_connector._requires_distributed_sampler(loader)
+
+
+def test_predict_loaders_carry_lightnings_index_recorder() -> None:
+    loader = DataLoader(range(10), batch_size=4)
+    prepared = _update_dataloader(loader, loader.sampler, mode=RunningStage.PREDICTING)
+    inner = unwrap_index_batch_sampler(prepared.batch_sampler)
+    assert isinstance(inner, BatchSampler) and inner.batch_size == 4
+    assert unwrap_index_batch_sampler(loader.batch_sampler) is None
+
+
+def test_prediction_loop_reads_the_recorded_indices() -> None:
+    recorder = record_batch_indices(BatchSampler(SequentialSampler(range(4)), 2, drop_last=False))
+    assert list(recorder) == [[0, 1], [2, 3]]
+    found = _trainer().predict_loop._get_batch_indices(SimpleNamespace(batch_sampler=recorder))
+    assert found == [[0, 1], [2, 3]]
+
+
+def test_progress_counters_the_checkpoint_state_reads() -> None:
+    progress = _trainer().fit_loop.epoch_loop.batch_progress
+    assert progress.current.ready == 0 and progress.is_last_batch is False
+
+
+def test_strategy_registry_class() -> None:
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    assert isinstance(StrategyRegistry, StrategyRegistryType)
+    assert callable(StrategyRegistryType.register)
+
+
+def test_private_lightning_names_live_in_one_module() -> None:
+    adapter = Path(lightning_shard.lightning.__file__).parent
+    for path in adapter.glob("*.py"):
+        if path.name == "_private.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lightning"):
+                private = [alias.name for alias in node.names if alias.name.startswith("_")]
+                assert not private, f"{path.name} imports {private} from {node.module}"
+        assert "._accelerator_connector" not in path.read_text(), path

@@ -1,0 +1,434 @@
+"""Resumption (docs/DESIGN.md, "Global state", "Elastic resume"): stop anywhere, save, load into a fresh loader, compare the rest.
+
+Cheapest first: one process builds every rank's loader with explicit ``num_processes`` /
+``process_index`` (no group is needed for shard mode, nor for dispatch on one process). A loader is
+stopped after ``k`` batches of epoch ``e``, its ``state_dict()`` goes through JSON into a loader
+built afresh (after the global RNG was seeded differently, so nothing but the state can carry the
+order), and what that one yields must be what the uninterrupted run yielded next, in this epoch and
+the following one. One launch of three gloo processes covers dispatch (same size, 2 -> 3, 2 -> 1)
+and ``state_dict()`` being identical on every process with synchronised generators.
+
+NOTE (documented behaviour, not the reference's): ``skip_first_batches`` and ``skip_batches`` skip
+in the current epoch only; the reference's ``skip_first_batches`` loader skips in every epoch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+from lightning_shard import DataLoaderShard, prepare_data_loader, skip_first_batches
+from lightning_shard.loaders.state import STATE_VERSION
+from tests.helpers.dist import run_distributed
+from tests.helpers.loader_cases import FormMap, LoaderCase, indices
+
+EPOCHS = 2
+DISPATCH = {"dispatch_batches": True, "put_on_device": True}
+
+
+def build(case: LoaderCase, num_processes: int, rank: int, seed: int = 0) -> Any:
+    torch.manual_seed(seed)
+    return prepare_data_loader(
+        case.user_loader(), num_processes=num_processes, process_index=rank, **case.prepare_kwargs()
+    )
+
+
+def take(loader: Any, limit: int | None = None) -> list[list[int]]:
+    """The sample indices of each batch ``iter(loader)`` yields, stopping after ``limit`` batches."""
+    out: list[list[int]] = []
+    if limit == 0:
+        return out
+    for batch in loader:
+        out.append(indices(batch))
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+def stopped(case: LoaderCase, num_processes: int, rank: int, epoch: int, steps: int) -> Any:
+    """A loader that ran ``epoch`` full epochs, then ``steps`` batches of the next."""
+    loader = build(case, num_processes, rank)
+    for _ in range(epoch):
+        take(loader)
+    take(loader, steps)
+    return loader
+
+
+def through_json(state: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(state))
+
+
+def resumed(case: LoaderCase, num_processes: int, rank: int, state: dict[str, Any]) -> Any:
+    loader = build(case, num_processes, rank, seed=12345)
+    loader.load_state_dict(through_json(state))
+    return loader
+
+
+# -- Global state: same number of processes ----------------------------------------------------------
+SAME_SIZE_CASES = [
+    LoaderCase(length=23, batch_size=3, shuffle="global"),
+    LoaderCase(length=23, batch_size=3, shuffle="generator", drop_last=True),
+    LoaderCase(length=23, batch_size=4, shuffle="generator", options={"split_batches": True}),
+    LoaderCase(length=22, batch_size=3, shuffle="seedable", options={"even_batches": False}),
+    LoaderCase(length=22, batch_size=4, shuffle="seedable", options={"data_seed": 7, "split_batches": True}),
+    LoaderCase(length=19, batch_size=2, batch_sampler_as_sampler=True),
+    LoaderCase(length=21, batch_size=3, shuffle="generator", options={"use_stateful_dataloader": True}),
+    LoaderCase(iterable=True, length=23, batch_size=3, shuffle="stream"),
+    LoaderCase(iterable=True, length=22, batch_size=4, options={"split_batches": True}),
+    LoaderCase(iterable=True, length=22, batch_size=3, drop_last=True),
+]
+DISPATCH_ONE_PROCESS_CASES = [
+    LoaderCase(length=23, batch_size=3, shuffle="generator", options=DISPATCH),
+    LoaderCase(length=23, batch_size=3, shuffle="seedable", options={**DISPATCH, "split_batches": True}),
+    LoaderCase(iterable=True, length=23, batch_size=3, shuffle="stream", options=DISPATCH),
+]
+
+
+def _check_resume_everywhere(case: LoaderCase, num_processes: int) -> None:
+    """Every stop point of two epochs, every rank: the resumed loader continues exactly."""
+    full = {
+        rank: [take(loader) for loader in [build(case, num_processes, rank)] for _ in range(EPOCHS + 1)]
+        for rank in range(num_processes)
+    }
+    for epoch in range(EPOCHS):
+        for steps in range(len(full[0][epoch]) + 1):
+            states = [
+                stopped(case, num_processes, rank, epoch, steps).state_dict() for rank in range(num_processes)
+            ]
+            assert all(state == states[0] for state in states), f"{case}: state differs across ranks"
+            for rank in range(num_processes):
+                loader = resumed(case, num_processes, rank, states[0])
+                rest = [take(loader) for _ in range(EPOCHS + 1 - epoch)]
+                expected = [full[rank][epoch][steps:], *full[rank][epoch + 1 :]]
+                assert rest == expected, f"{case}, rank {rank}: resumed at epoch {epoch}, step {steps}"
+
+
+@pytest.mark.parametrize("case", SAME_SIZE_CASES, ids=str)
+def test_resume_continues_exactly_where_it_stopped(case: LoaderCase) -> None:
+    _check_resume_everywhere(case, num_processes=2)
+
+
+@pytest.mark.parametrize("case", DISPATCH_ONE_PROCESS_CASES, ids=str)
+def test_dispatch_on_one_process_resumes_exactly(case: LoaderCase) -> None:
+    _check_resume_everywhere(case, num_processes=1)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        LoaderCase(length=29, batch_size=3, shuffle="generator", num_workers=2),
+        LoaderCase(iterable=True, length=29, batch_size=3, num_workers=2),
+    ],
+    ids=str,
+)
+def test_resume_with_workers(case: LoaderCase) -> None:
+    # NOTE: each worker of an iterable dataset reads it whole (torch's rule), so a stream yields its
+    # batches twice, interleaved; resuming must still continue that exact sequence.
+    full = [take(loader) for loader in [build(case, 2, 1)] for _ in range(2)]
+    for steps in (0, 1, len(full[0]) // 2, len(full[0]) - 1):
+        loader = resumed(case, 2, 1, stopped(case, 2, 1, 0, steps).state_dict())
+        assert [take(loader), take(loader)] == [full[0][steps:], full[1]]
+
+
+@pytest.mark.parametrize("case", [SAME_SIZE_CASES[1], SAME_SIZE_CASES[3], SAME_SIZE_CASES[7]], ids=str)
+def test_set_epoch_during_an_epoch_abandons_it(case: LoaderCase) -> None:
+    # NOTE: Lightning stops after `len(loader)` batches without exhausting the iterator, then selects
+    # the next epoch; a state saved then must start that epoch, from the generator as it is.
+    full = [take(loader) for loader in [build(case, 2, 1)] for _ in range(2)]
+    for steps in (len(full[0]), 2):
+        loader = stopped(case, 2, 1, 0, steps)
+        loader.set_epoch(1)
+        state = loader.state_dict()
+        assert (state["epoch"], state["steps"]) == (1, 0)
+        fresh = resumed(case, 2, 1, state)
+        following = [take(loader), take(loader)]
+        assert [take(fresh), take(fresh)] == following
+        if steps == len(full[0]):
+            assert following[0] == full[1]
+
+
+def test_state_dict_is_plain_versioned_json() -> None:
+    for case in [SAME_SIZE_CASES[0], SAME_SIZE_CASES[3], SAME_SIZE_CASES[7], DISPATCH_ONE_PROCESS_CASES[0]]:
+        state = stopped(case, 1, 0, 0, 2).state_dict()
+        assert through_json(state) == state
+        assert state["format"] == "lightning_shard.loader" and state["version"] == STATE_VERSION
+        assert state["epoch"] == 0 and state["steps"] == 2 and state["num_processes"] == 1
+        assert state["mode"] == ("dispatch" if case.options.get("dispatch_batches") else "shard")
+
+
+# -- map-style skips never load -----------------------------------------------------------------------
+def _dataset(loader: Any) -> FormMap:
+    return loader.dataset
+
+
+def test_resume_loads_only_the_samples_it_yields() -> None:
+    for case in (SAME_SIZE_CASES[0], SAME_SIZE_CASES[2], DISPATCH_ONE_PROCESS_CASES[0]):
+        num_processes = 1 if case.options.get("dispatch_batches") else 2
+        state = stopped(case, num_processes, 0, 0, 3).state_dict()
+        loader = resumed(case, num_processes, 0, state)
+        yielded = [index for batch in take(loader) for index in batch]
+        assert sorted(_dataset(loader).loaded) == sorted(yielded), case
+
+
+def test_skip_batches_and_skip_first_batches_load_only_what_they_yield() -> None:
+    dataset = FormMap(40)
+    loader = DataLoaderShard(dataset, batch_size=4, skip_batches=6)
+    assert take(loader) == [[24, 25, 26, 27], [28, 29, 30, 31], [32, 33, 34, 35], [36, 37, 38, 39]]
+    assert dataset.loaded == list(range(24, 40))
+    dataset.loaded.clear()
+    assert len(take(skip_first_batches(DataLoader(dataset, batch_size=4, shuffle=True), 8))) == 2
+    assert len(dataset.loaded) == 8
+
+
+# -- skip_first_batches -------------------------------------------------------------------------------
+def test_skip_first_batches_keeps_settings_and_skips_the_current_epoch_only() -> None:
+    case = LoaderCase(length=30, batch_size=4, drop_last=True, shuffle="generator")
+    kwargs = {"put_on_device": True, "device": "cpu", "non_blocking": True, "rng_types": ["generator"]}
+    loader = prepare_data_loader(case.user_loader(), num_processes=2, process_index=1, **kwargs)
+    twin = prepare_data_loader(case.user_loader(), num_processes=2, process_index=1, **kwargs)
+    loader.set_epoch(3)
+    twin.set_epoch(3)
+    epochs = [take(twin) for _ in range(2)]
+    skipped = skip_first_batches(loader, 2)
+    assert isinstance(skipped, DataLoaderShard) and skipped is not loader
+    assert (skipped.device, skipped.non_blocking, skipped.rng_types) == (
+        torch.device("cpu"),
+        True,
+        ("generator",),
+    )
+    assert skipped.epoch == 3 and skipped.batch_sampler.drop_last
+    assert take(skipped) == epochs[0][2:]
+    assert take(skipped) == epochs[1], "the skip applies to the current epoch only"
+    assert len(epochs[0]) == 3 and all(len(batch) == 4 for batch in epochs[0])
+
+
+def test_skip_first_batches_of_a_plain_loader_matches_the_reference() -> None:
+    from accelerate.data_loader import skip_first_batches as reference_skip
+
+    for shuffle in (False, True):
+        loaders = [
+            skip(
+                DataLoader(
+                    FormMap(23), batch_size=4, shuffle=shuffle, generator=torch.Generator().manual_seed(3)
+                ),
+                2,
+            )
+            for skip in (skip_first_batches, reference_skip)
+        ]
+        assert take(loaders[0]) == take(loaders[1])
+
+
+# -- Elastic resume: another number of processes (shard mode) ----------------------------------------
+ELASTIC_CASES = [
+    LoaderCase(length=45, batch_size=3, shuffle="generator"),
+    LoaderCase(length=44, batch_size=3, shuffle="seedable", options={"even_batches": False}),
+    LoaderCase(length=47, batch_size=6, options={"split_batches": True}),
+    LoaderCase(
+        length=47, batch_size=6, shuffle="global", options={"split_batches": True, "even_batches": False}
+    ),
+    LoaderCase(iterable=True, length=45, batch_size=3),
+    LoaderCase(iterable=True, length=47, batch_size=6, options={"split_batches": True}),
+]
+
+
+def check_exactly_once(
+    remaining: set[int], batches_by_rank: list[list[list[int]]], padded: bool, head: list[int]
+) -> None:
+    """Each remaining sample once; anything else only in a process's last batch, from ``head``."""
+    counts = Counter(index for batches in batches_by_rank for batch in batches for index in batch)
+    assert set(counts) >= remaining, f"never yielded: {sorted(remaining - set(counts))}"
+    last_batches = Counter(index for batches in batches_by_rank if batches for index in batches[-1])
+    extra = counts - Counter(remaining)
+    if not padded:
+        assert not extra, f"duplicates without padding: {dict(extra)}"
+    for index, times in extra.items():
+        assert times <= last_batches[index] and index in head, f"sample {index} repeated outside the padding"
+
+
+@pytest.mark.parametrize("case", ELASTIC_CASES, ids=str)
+def test_elastic_resume_sees_every_remaining_sample_once(case: LoaderCase) -> None:
+    saved_with = 2
+    epoch_order = [index for batch in take(build(case, 1, 0)) for index in batch]
+    for steps in (0, 1, 3):
+        seen = {
+            i
+            for rank in range(saved_with)
+            for batch in take(build(case, saved_with, rank), steps)
+            for i in batch
+        }
+        state = stopped(case, saved_with, 0, 0, steps).state_dict()
+        for new_size in (1, 3):
+            if case.options.get("split_batches") and case.batch_size % new_size:
+                continue
+            loaders = [resumed(case, new_size, rank, state) for rank in range(new_size)]
+            batches = [take(loader) for loader in loaders]
+            padded = case.options.get("even_batches", True) and new_size > 1
+            check_exactly_once(set(range(case.length)) - seen, batches, padded, epoch_order)
+            if padded:
+                assert len({len(b) for b in batches}) == 1, "even_batches: equal batch counts"
+            # The next epoch is the new size's ordinary next epoch.
+            following = [take(loader) for loader in loaders]
+            after = stopped(case, saved_with, 0, 1, 0).state_dict()
+            assert following == [take(resumed(case, new_size, rank, after)) for rank in range(new_size)]
+
+
+def test_elastic_resume_refuses_split_batches_the_new_size_cannot_divide() -> None:
+    case = LoaderCase(length=40, batch_size=4, options={"split_batches": True})
+    state = stopped(case, 2, 0, 0, 2).state_dict()
+    with pytest.raises(ValueError, match=r"batch size \(4\).*number of processes \(3\)"):
+        resumed(case, 3, 0, state)
+
+
+# -- bad state ----------------------------------------------------------------------------------------
+def _state(**changes: Any) -> dict[str, Any]:
+    case = LoaderCase(length=20, batch_size=4)
+    return {**stopped(case, 2, 0, 0, 1).state_dict(), **changes}
+
+
+@pytest.mark.parametrize(
+    ("other", "state", "match"),
+    [
+        (LoaderCase(length=21, batch_size=4), _state(), r"dataset_length=20.*dataset_length=21"),
+        (LoaderCase(length=20, batch_size=5), _state(), r"batch_size=4.*batch_size=5"),
+        (LoaderCase(length=20, batch_size=4, drop_last=True), _state(), r"drop_last=False.*drop_last=True"),
+        (
+            LoaderCase(length=20, batch_size=4, options={"split_batches": True}),
+            _state(),
+            "split_batches=False",
+        ),
+        (LoaderCase(length=20, batch_size=4, options=DISPATCH), _state(), "mode='shard'"),
+        (LoaderCase(length=20, batch_size=4), _state(version=STATE_VERSION + 1), "version 3"),
+        (
+            LoaderCase(length=20, batch_size=4),
+            _state(format="torchdata"),
+            "not a lightning_shard loader state",
+        ),
+        (
+            LoaderCase(length=20, batch_size=4),
+            {k: v for k, v in _state().items() if k != "consumed"},
+            "missing",
+        ),
+        (LoaderCase(length=20, batch_size=4), _state(steps=-1), "steps"),
+    ],
+)
+def test_bad_state_is_refused_with_a_clear_message(
+    other: LoaderCase, state: dict[str, Any], match: str
+) -> None:
+    loader = build(other, 1 if other.options.get("dispatch_batches") else 2, 0)
+    with pytest.raises(ValueError, match=match):
+        loader.load_state_dict(state)
+
+
+def test_a_non_dict_state_is_refused() -> None:
+    loader = build(LoaderCase(), 1, 0)
+    with pytest.raises(ValueError, match="not a lightning_shard loader state"):
+        loader.load_state_dict([1, 2])  # type: ignore[arg-type]
+
+
+# -- real groups: dispatch, and state identical everywhere -------------------------------------------
+def _dispatch_same_size(rank: int, size: int, case: LoaderCase, group: Any) -> list[str]:
+    """On ranks ``< size`` (``group``): every stop point, resumed with ``size`` processes again."""
+    failures = []
+    full = take(build(case, size, rank))
+    for steps in range(len(full) + 1):
+        state = stopped(case, size, rank, 0, steps).state_dict()
+        states: list[Any] = [None] * size
+        dist.all_gather_object(states, state, group=group)
+        if any(other != state for other in states):
+            failures.append(f"{case}: dispatch state differs across ranks at step {steps}")
+        if take(resumed(case, size, rank, state)) != full[steps:]:
+            failures.append(f"{case} on {size}, rank {rank}: resumed at step {steps}")
+    return failures
+
+
+def _dispatch_elastic(rank: int, case: LoaderCase, steps: int) -> dict[str, Any]:
+    """Saved by 2 processes (ranks 0, 1) after ``steps``; loaded on 3 (all ranks) and on 1 (rank 0)."""
+    seen: list[list[int]] = []
+    box: list[Any] = [None]
+    if rank < 2:
+        box = [stopped(case, 2, rank, 0, steps).state_dict()]
+        seen = take(build(case, 2, rank), steps)
+    dist.broadcast_object_list(box, src=0)
+    on_three = take(resumed(case, 3, rank, box[0]))
+    on_one = take(resumed(case, 1, 0, box[0])) if rank == 0 else None
+    return {"seen": seen, "three": on_three, "one": on_one}
+
+
+def _shard_state_everywhere(rank: int, case: LoaderCase) -> list[str]:
+    """Each rank seeds its RNG differently; the generator is synchronised, so states agree."""
+    failures = []
+    world = dist.get_world_size()
+    full = take(build(case, world, rank, seed=rank))
+    for steps in (1, len(full) // 2, len(full)):
+        loader = build(case, world, rank, seed=rank)
+        take(loader, steps)
+        states: list[Any] = [None] * world
+        dist.all_gather_object(states, loader.state_dict())
+        if any(state != states[0] for state in states):
+            failures.append(f"{case}: state differs across ranks at step {steps}")
+        fresh = build(case, world, rank, seed=100 + rank)
+        fresh.load_state_dict(through_json(states[0]))
+        if take(fresh) != full[steps:]:
+            failures.append(f"{case}, rank {rank}: resumed at step {steps}")
+    return failures
+
+
+def run_dist_resume(rank: int, world_size: int) -> dict[str, Any]:
+    failures: list[str] = []
+    pair = dist.new_group([0, 1])
+    for size, case in [
+        (3, LoaderCase(length=10, batch_size=1, shuffle="generator", options=DISPATCH)),
+        (3, LoaderCase(length=11, batch_size=2, drop_last=True, options=DISPATCH)),
+        (
+            2,
+            LoaderCase(
+                length=13, batch_size=2, shuffle="seedable", options={**DISPATCH, "split_batches": True}
+            ),
+        ),
+        (2, LoaderCase(iterable=True, length=13, batch_size=3, shuffle="stream", options=DISPATCH)),
+    ]:
+        if rank < size:
+            failures += _dispatch_same_size(rank, size, case, pair if size == 2 else None)
+        dist.barrier()
+    elastic = {
+        (name, steps): _dispatch_elastic(rank, case, steps)
+        for name, case in ELASTIC_DISPATCH_CASES.items()
+        for steps in (1, 2)
+    }
+    shard = LoaderCase(
+        length=31, batch_size=3, shuffle="global", seed_per_rank=True, options={"rng_types": ["generator"]}
+    )
+    failures += _shard_state_everywhere(rank, shard)
+    return {"failures": failures, "elastic": elastic}
+
+
+ELASTIC_DISPATCH_CASES = {
+    "map shuffled": LoaderCase(length=17, batch_size=2, shuffle="generator", options=DISPATCH),
+    "map split": LoaderCase(length=17, batch_size=6, options={**DISPATCH, "split_batches": True}),
+    "iterable": LoaderCase(iterable=True, length=17, batch_size=1, options=DISPATCH),
+}
+
+
+@pytest.mark.dist
+def test_dispatch_and_synchronised_state_on_real_groups() -> None:
+    results = run_distributed(run_dist_resume, 3, timeout=120)
+    failures = [failure for result in results for failure in result["failures"]]
+    assert not failures, "\n".join(failures[:8])
+    for (name, steps), _ in results[0]["elastic"].items():
+        case = ELASTIC_DISPATCH_CASES[name]
+        seen = {
+            i for result in results[:2] for batch in result["elastic"][(name, steps)]["seen"] for i in batch
+        }
+        remaining = set(range(case.length)) - seen
+        epoch_order = [index for batch in take(build(case, 1, 0)) for index in batch]
+        on_three = [result["elastic"][(name, steps)]["three"] for result in results]
+        check_exactly_once(remaining, on_three, padded=True, head=epoch_order)
+        assert len({len(batches) for batches in on_three}) == 1
+        on_one = results[0]["elastic"][(name, steps)]["one"]
+        check_exactly_once(remaining, [on_one], padded=False, head=epoch_order)
