@@ -6,7 +6,13 @@ imports the adapter too (Lightning is a dependency), which registers the ``"shar
 """
 
 from lightning_shard.audit import AuditReport, ShardAudit
-from lightning_shard.lightning import ShardDataModule, ShardingMixin, ShardPlan, ShardStrategy
+from lightning_shard.lightning import (
+    ShardDataModule,
+    ShardingMixin,
+    ShardPlan,
+    ShardPredictionWriter,
+    ShardStrategy,
+)
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher, StatefulDataLoaderDispatcher
 from lightning_shard.loaders.resumable import Consumed, ResumeHook
 from lightning_shard.loaders.shard import DataLoaderShard, StatefulDataLoaderShard
@@ -36,6 +42,7 @@ __all__ = [
     "ShardOptimizer",
     "ShardOptions",
     "ShardPlan",
+    "ShardPredictionWriter",
     "ShardScheduler",
     "ShardStrategy",
     "ShardingMixin",

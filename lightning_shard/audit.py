@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from lightning_shard.comm.collectives import communication_device, is_distributed
+from lightning_shard.sampling.balance import EvenBatches, is_balanced
 
 _CHUNK_BYTES = 1 << 20
 _POPCOUNT = torch.tensor([bin(byte).count("1") for byte in range(256)], dtype=torch.int64)
@@ -251,7 +252,7 @@ def expected_padding_and_missing(
     num_processes: int,
     *,
     split_batches: bool = False,
-    even_batches: bool = True,
+    even_batches: EvenBatches = True,
     drop_last: bool = False,
     dispatch: bool = False,
 ) -> tuple[int, int]:
@@ -268,6 +269,8 @@ def expected_padding_and_missing(
     if dispatch:
         # NOTE: process 0 completes the last global batch to a multiple of N rows only.
         return -rest % num_processes, 0
+    if is_balanced(even_batches, dataset_length, num_processes) and not dispatch:
+        return 0, 0
     return (step - rest if even_batches else 0), 0
 
 

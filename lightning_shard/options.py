@@ -16,6 +16,7 @@ from typing import Any
 
 from lightning_shard._checks import check_bool, check_seed
 from lightning_shard.comm.rng import RNG_TYPES
+from lightning_shard.sampling.balance import EvenBatches, check_even_batches
 
 _DOC = "doc"
 _STRATEGY_DEFAULT = "strategy_default"
@@ -44,10 +45,13 @@ class ShardOptions:
         "`False`: each process gets whole batches of the user's loader (global batch `B x N`). `True`: every "
         "batch is split across processes (global batch `B`; `B` must be a multiple of `N`).",
     )
-    even_batches: bool = _option(
+    even_batches: EvenBatches = _option(
         True,
         "Pad the end of the epoch with samples from its start so every process gets as many equally sized "
-        "batches. `False`: no duplicates; the last batches may be short or missing on some processes.",
+        "batches. `False`: no duplicates; the last batches may be short or missing on some processes. "
+        '`"balanced"`: no duplicates and as many steps everywhere: the last step is split into real samples '
+        "(sizes differ by at most one; map-style data without dispatch, else it pads). Under a strategy, "
+        'validation and test use `"balanced"` whatever this says.',
     )
     dispatch_batches: bool | None = _option(
         None,
@@ -81,6 +85,7 @@ class ShardOptions:
     def __post_init__(self) -> None:
         for name in _FLAGS:
             check_bool(name, getattr(self, name))
+        check_even_batches(self.even_batches)
         if self.dispatch_batches is not None:
             check_bool("dispatch_batches", self.dispatch_batches)
         if self.slice_fn_for_dispatch is not None and not callable(self.slice_fn_for_dispatch):
@@ -127,6 +132,11 @@ class StrategyOptions:
         "padding and the samples missing.",
     )
     audit_raise: bool = _option(False, "With `audit`, raise on every process after an epoch with a problem.")
+    gather_predictions: bool = _option(
+        True,
+        "`trainer.predict` returns on rank 0 what one process would: every process's predictions, each "
+        "sample once, in order. `False` keeps Lightning's per-rank results (less memory on rank 0).",
+    )
 
     def __post_init__(self) -> None:
         for option in fields(self):
@@ -145,7 +155,6 @@ class StrategyOptions:
 
 _FLAGS = (
     "split_batches",
-    "even_batches",
     "put_on_device",
     "use_seedable_sampler",
     "non_blocking",

@@ -16,9 +16,10 @@ from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
 from lightning_shard.loaders.variants import stateful_loader_class
 from lightning_shard.options import ShardOptions
+from lightning_shard.sampling.balance import BALANCED, EvenBatches
 from lightning_shard.sampling.batch_shard import BatchSamplerShard
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
-from lightning_shard.sampling.samplers import SeedableRandomSampler
+from lightning_shard.sampling.samplers import SampleShard, SeedableRandomSampler
 
 
 def prepare_data_loader(
@@ -30,7 +31,7 @@ def prepare_data_loader(
     put_on_device: bool = False,
     rng_types: Sequence[str] | None = None,
     dispatch_batches: bool | None = None,
-    even_batches: bool = True,
+    even_batches: EvenBatches = True,
     slice_fn_for_dispatch: Callable[..., Any] | None = None,
     use_seedable_sampler: bool = False,
     data_seed: int | None = None,
@@ -178,6 +179,11 @@ def _build_map_shard(
     dataloader: DataLoader, options: ShardOptions, topology: Topology, device: Any
 ) -> DataLoaderShard:
     user_batch_sampler = _batch_sampler(dataloader)
+    per_sample = (
+        user_batch_sampler is None
+    )  # NOTE: `DataLoader(batch_size=None)`: one uncollated sample a step
+    if per_sample:
+        user_batch_sampler = BatchSampler(dataloader.sampler, 1, drop_last=False)
     batch_sampler = _rebuilt_batch_sampler(user_batch_sampler, options)
     generator = getattr(getattr(batch_sampler, "sampler", None), "generator", None)
     shard = BatchSamplerShard(
@@ -185,14 +191,15 @@ def _build_map_shard(
         num_processes=topology.num_processes,
         process_index=topology.process_index,
         split_batches=options.split_batches,
-        # NOTE: one process never pads, as the reference (which does not shard then) does not.
-        even_batches=options.even_batches and topology.num_processes > 1,
+        # NOTE: one process never pads, as the reference (which does not shard then) does not; one sample a
+        # step cannot be split, so a per-sample loader pads where it would balance.
+        even_batches=_even_batches(options, topology, per_sample),
     )
-    index_source: dict[str, Any] = (
-        {"sampler": shard, "batch_size": None}
-        if user_batch_sampler is dataloader.sampler
-        else {"batch_sampler": shard}
-    )
+    index_source: dict[str, Any] = {"batch_sampler": shard}
+    if per_sample:
+        index_source = {"sampler": SampleShard(shard), "batch_size": None}
+    elif user_batch_sampler is dataloader.sampler:
+        index_source = {"sampler": shard, "batch_size": None}
     return _loader_class(DataLoaderShard, options)(
         dataloader.dataset,
         device=device if options.put_on_device else None,
@@ -203,6 +210,12 @@ def _build_map_shard(
         **index_source,
         **loader_settings(dataloader),
     )
+
+
+def _even_batches(options: ShardOptions, topology: Topology, per_sample: bool) -> EvenBatches:
+    if topology.num_processes == 1:
+        return False
+    return True if per_sample and options.even_batches == BALANCED else options.even_batches
 
 
 def _usable_rng_types(options: ShardOptions, generator: torch.Generator | None) -> list[str] | None:

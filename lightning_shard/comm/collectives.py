@@ -12,8 +12,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from lightning_shard.comm.tree import is_tensor_tree, map_leaves
-
 
 def is_distributed() -> bool:
     """Whether a default ``torch.distributed`` process group is running."""
@@ -53,38 +51,3 @@ def communication_device() -> torch.device:
     if is_distributed() and dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
-
-
-def gather_in_process_order(data: Any) -> Any:
-    """``data`` of every process, concatenated along the first dimension in process order.
-
-    Tensors (also nested in dicts, lists and tuples) may differ in their first dimension across
-    processes; anything else is gathered as objects (a list is concatenated, other values listed).
-    """
-    if not is_distributed() or dist.get_world_size() == 1:
-        return data
-    if is_tensor_tree(data):
-        return map_leaves(_gather_tensor, data)
-    gathered = all_gather_objects(data)
-    if isinstance(data, (list, tuple)):
-        return [item for part in gathered for item in part]
-    return gathered
-
-
-def _gather_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` of every process, concatenated along dimension 0 (a scalar counts as one row)."""
-    tensor = tensor.reshape(1) if tensor.dim() == 0 else tensor
-    sizes = _all_gather_equal(torch.tensor([tensor.shape[0]], device=tensor.device))
-    longest = int(max(sizes).item())
-    padded = tensor
-    if tensor.shape[0] < longest:
-        filler = tensor.new_zeros((longest - tensor.shape[0], *tensor.shape[1:]))
-        padded = torch.cat([tensor, filler])
-    parts = _all_gather_equal(padded.contiguous())
-    return torch.cat([part[: int(size.item())] for part, size in zip(parts, sizes, strict=True)])
-
-
-def _all_gather_equal(tensor: torch.Tensor) -> list[torch.Tensor]:
-    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, tensor)
-    return parts

@@ -11,6 +11,7 @@ from lightning_shard.lightning.audit_callback import EpochAudit, ShardAuditCallb
 from lightning_shard.lightning.datamodule import ShardDataModule
 from lightning_shard.lightning.epoch_callback import ShardEpochCallback
 from lightning_shard.lightning.plan import ShardPlan
+from lightning_shard.lightning.prediction import ShardPredictionWriter
 from lightning_shard.lightning.sharding import ShardingMixin
 from lightning_shard.lightning.strategy import ShardStrategy
 
@@ -22,6 +23,7 @@ __all__ = [
     "ShardDataModule",
     "ShardEpochCallback",
     "ShardPlan",
+    "ShardPredictionWriter",
     "ShardStrategy",
     "ShardingMixin",
 ]

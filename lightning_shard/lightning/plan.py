@@ -10,6 +10,7 @@ from lightning.fabric.utilities.data import sized_len
 from lightning_shard.lightning.schedulers import SchedulerScaling
 from lightning_shard.lightning.stages import ShardLoader
 from lightning_shard.loaders.resumable import ShardingInfo
+from lightning_shard.sampling.balance import is_balanced
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,9 @@ def _padding(state: ShardingInfo, batches: int | None, global_batch: int) -> tup
     covered = batches * global_batch
     if state.drop_last:
         return 0, max(state.dataset_length - covered, 0)
-    if not state.even_batches:
+    if not state.even_batches or (
+        state.mode == "shard" and is_balanced(state.even_batches, state.dataset_length, state.num_processes)
+    ):
         return 0, 0
     if state.mode == "dispatch":
         return _dispatch_padding(state.dataset_length % global_batch, state.num_processes), 0

@@ -9,7 +9,8 @@ combined with decides the data-parallel topology (``data_parallel_topology``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import lightning.pytorch as pl
@@ -20,14 +21,14 @@ from torch.nn import Module
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
-from lightning_shard.comm.collectives import gather_in_process_order
+from lightning_shard.comm.gather import gather_in_process_order, keep_rows
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import StrategyRegistryType, disable_sampler_injection
 from lightning_shard.lightning.audit_callback import EpochAudit, ShardAuditCallback
 from lightning_shard.lightning.checkpoints import LightningResumeHook
 from lightning_shard.lightning.epoch_callback import ShardEpochCallback
-from lightning_shard.lightning.evaluation import keep_first
 from lightning_shard.lightning.plan import ShardPlan, plan_for
+from lightning_shard.lightning.prediction import PredictionGatherer
 from lightning_shard.lightning.schedulers import SchedulerScaling, wrap_optimizers, wrap_schedulers
 from lightning_shard.lightning.stages import (
     ShardLoader,
@@ -66,6 +67,8 @@ class ShardingMixin:
         self._dataloader_idx = 0
         self._connected_trainer: pl.Trainer | None = None
         self._epoch_callback = ShardEpochCallback()
+        self._predict_callback = PredictionGatherer(self)
+        self._stepping = False
         audit = strategy_options.audit
         self._audit_callback = (
             ShardAuditCallback(raise_on_problem=strategy_options.audit_raise) if audit else None
@@ -129,7 +132,7 @@ class ShardingMixin:
         trainer = self._connected_trainer = model.trainer
         disable_sampler_injection(trainer)
         callbacks: list[Any] = getattr(trainer, "callbacks")  # noqa: B009 - set by a connector, unseen by mypy
-        for callback in (self._epoch_callback, self._audit_callback):
+        for callback in (self._epoch_callback, self._audit_callback, self._predict_callback):
             if callback is not None and callback not in callbacks:
                 callbacks.append(callback)
 
@@ -190,23 +193,58 @@ class ShardingMixin:
         )
         rank_zero_info(str(self._shard_plan))
 
+    # -- steps --------------------------------------------------------------------------------------
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        with self._in_step():
+            return super().training_step(*args, **kwargs)  # type: ignore[misc]
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        with self._in_step():
+            return super().validation_step(*args, **kwargs)  # type: ignore[misc]
+
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        with self._in_step():
+            return super().test_step(*args, **kwargs)  # type: ignore[misc]
+
+    @contextmanager
+    def _in_step(self) -> Iterator[None]:
+        """Mark a step as running: ``gather_for_metrics`` then knows the padding of the current batch."""
+        self._stepping = True
+        try:
+            yield
+        finally:
+            self._stepping = False
+
     # -- exact evaluation ---------------------------------------------------------------------------
     def gather_for_metrics(self, data: Any) -> Any:
         """``data`` of every process in process order, without the samples ``even_batches`` repeated.
 
-        Call it once per batch in ``validation_step`` / ``test_step`` (every process must call it). The
-        padding of the last batch is dropped, so gathering a 103-sample set yields exactly 103 rows.
+        ``data`` may be anything: a tensor (rows may differ per process), a nested structure, a list of
+        dicts, strings. Validation and test loaders repeat no sample (``even_batches="balanced"``), so
+        their outputs are gathered as they are, in a step or at the epoch's end. A loader that pads its
+        last step (training, iterable or dispatched data) has the padding dropped when this is called in
+        the step of that batch; so gathering a 103-sample set yields exactly 103 rows either way. Every
+        process must call it.
 
         Raises:
-            ValueError: if the current loader is uneven (``even_batches=False``) on several processes.
+            ValueError: if the current loader is uneven (``even_batches=False``) on several processes, or
+                pads and this is called outside a step (the padding can no longer be told apart).
         """
         loader = self.current_loader()
         if loader is not None:
             _check_even(loader, self.topology.num_processes)
+        padded = loader is not None and loader.remainder > 0
+        if padded and not self._stepping:
+            raise ValueError(
+                "`gather_for_metrics` was called outside a training / validation / test step, with a loader "
+                "that pads its last step with repeated samples (`even_batches=True`), so the padding can no "
+                "longer be told apart. Call it in the step with that step's outputs, or prepare the loader "
+                'with `even_batches="balanced"` (no repeated samples; the default for validation and test).'
+            )
         gathered = gather_in_process_order(data)
-        if loader is None or not loader.end_of_dataloader or loader.remainder <= 0:
+        if loader is None or not padded or not loader.end_of_dataloader:
             return gathered
-        return keep_first(gathered, loader.remainder)
+        return keep_rows(gathered, slice(0, loader.remainder))
 
     def current_loader(self) -> ShardLoader | None:
         """The sharded loader whose batch is being processed (``None`` for a loader we did not shard)."""

@@ -18,6 +18,7 @@ from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
 from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_with_options
+from lightning_shard.sampling.balance import BALANCED
 
 ShardLoader = DataLoaderShard | DataLoaderDispatcher
 
@@ -49,12 +50,13 @@ def stage_key(stage: RunningStage | None) -> str:
 def stage_defaults(options: ShardOptions, stage: str) -> ShardOptions:
     """The strategy's options as ``stage`` uses them before any per-stage override.
 
-    Training uses them as given. Validation and test are even (every process runs as many steps, so
-    per-step collectives cannot hang) and ``gather_for_metrics`` drops the padding. Predict neither pads
-    nor dispatches, so that every sample is predicted exactly once.
+    Training uses them as given. Validation and test are balanced: every process runs as many steps (so
+    per-step collectives cannot hang) and no step repeats a sample, so metrics need no correction
+    (docs/DESIGN.md, "Exact evaluation"). Predict neither pads nor dispatches, so that every sample is
+    predicted exactly once.
     """
     if stage in ("validate", "test"):
-        return options.replace(even_batches=True)
+        return options.replace(even_batches=BALANCED)
     if stage == "predict":
         return options.replace(even_batches=False, dispatch_batches=False)
     return options

@@ -9,6 +9,7 @@ from lightning.pytorch.strategies import DDPStrategy
 
 from lightning_shard.lightning.sharding import ShardingMixin
 from lightning_shard.options import ShardOptions, StrategyOptions
+from lightning_shard.sampling.balance import EvenBatches
 
 
 class ShardStrategy(ShardingMixin, DDPStrategy):
@@ -25,7 +26,7 @@ class ShardStrategy(ShardingMixin, DDPStrategy):
         split_batches, even_batches, dispatch_batches, put_on_device, rng_types, use_seedable_sampler,
             data_seed, non_blocking, use_stateful_dataloader, slice_fn_for_dispatch: the loader options
             (``ShardOptions``, documented there); ``rng_types`` defaults to ``("generator",)`` here.
-        step_scheduler_with_optimizer, audit, audit_raise: the strategy options (``StrategyOptions``).
+        step_scheduler_with_optimizer, audit, audit_raise, gather_predictions: the strategy options (``StrategyOptions``).
         **kwargs: any ``DDPStrategy`` argument (``find_unused_parameters``, ``timeout``, ``start_method``, ...).
             ``timeout`` (Lightning's default: 30 minutes) bounds how long a process waits for a peer that
             is alive but stuck, and also the start-up rendezvous; a killed peer ends the others at once
@@ -41,7 +42,7 @@ class ShardStrategy(ShardingMixin, DDPStrategy):
         self,
         *,
         split_batches: bool = False,
-        even_batches: bool = True,
+        even_batches: EvenBatches = True,
         dispatch_batches: bool | None = None,
         put_on_device: bool = False,
         rng_types: Sequence[str] | None = ("generator",),
@@ -53,6 +54,7 @@ class ShardStrategy(ShardingMixin, DDPStrategy):
         step_scheduler_with_optimizer: bool = True,
         audit: bool = False,
         audit_raise: bool = False,
+        gather_predictions: bool = True,
         **kwargs: Any,
     ) -> None:
         options = locals()

@@ -16,6 +16,7 @@ import torch
 from lightning_shard.comm.collectives import is_distributed, world_size
 from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.state import LoaderState, decode_generator_state, encode_generator_state
+from lightning_shard.sampling.balance import EvenBatches, is_balanced
 from lightning_shard.sampling.epochs import forward_epoch
 from lightning_shard.sampling.samplers import SeedableRandomSampler
 
@@ -49,7 +50,7 @@ class ShardingInfo:
     mode: str
     num_processes: int
     split_batches: bool
-    even_batches: bool
+    even_batches: EvenBatches
     drop_last: bool
     batch_size: int | None
     dataset_length: int | None
@@ -281,8 +282,11 @@ class ResumableLoaderMixin:
         )
 
     def _compute_remainder(self) -> int:
+        """Real samples of the last (padded) global batch, or -1 when no batch is padded or it is unknown."""
         info = self._sharding()
         if info.drop_last or info.dataset_length is None or not self.total_batch_size:
+            return -1
+        if info.mode == "shard" and is_balanced(info.even_batches, info.dataset_length, info.num_processes):
             return -1
         return info.dataset_length % self.total_batch_size
 

@@ -22,6 +22,7 @@ from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.resumable import ResumableLoaderMixin, ShardingInfo
 from lightning_shard.loaders.settings import check_stateful_class, loader_settings, sampler_kind
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
+from lightning_shard.sampling.samplers import SampleShard
 
 
 class DataLoaderShard(ResumableLoaderMixin, DataLoader):
@@ -97,7 +98,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
             mode="shard",
             num_processes=num_processes,
             split_batches=split,
-            even_batches=bool(getattr(shard, "even_batches", True)),
+            even_batches=getattr(shard, "even_batches", True),
             drop_last=bool(getattr(shard, "drop_last", False)),
             batch_size=getattr(shard, "batch_size", None),
             dataset_length=_length(self.dataset),
@@ -288,7 +289,9 @@ def _index_source_with_cursor(dataset: Any, kwargs: dict[str, Any]) -> dict[str,
     if isinstance(dataset, IterableDataset):
         return kwargs
     kwargs = dict(kwargs)
-    if kwargs.get("batch_sampler") is not None:
+    if isinstance(kwargs.get("sampler"), SampleShard):
+        kwargs["sampler"] = EpochCursor(kwargs["sampler"])
+    elif kwargs.get("batch_sampler") is not None:
         kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
     elif isinstance(kwargs.get("sampler"), BatchSampler) and kwargs.get("batch_size", 1) is None:
         kwargs["sampler"] = EpochCursor(kwargs["sampler"])

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from lightning_shard.sampling.balance import EvenBatches
+
 STATE_FORMAT = "lightning_shard.loader"
 STATE_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -54,7 +56,7 @@ class LoaderState:
     consumed: int
     num_processes: int
     split_batches: bool
-    even_batches: bool
+    even_batches: EvenBatches
     drop_last: bool
     batch_size: int | None
     dataset_length: int | None
@@ -101,7 +103,7 @@ class LoaderState:
 
 
 _COUNTS = ("epoch", "steps", "base", "consumed", "base_steps", "num_workers")
-_FLAGS = ("split_batches", "even_batches", "drop_last")
+_FLAGS = ("split_batches", "drop_last")
 _OPTIONAL_COUNTS = ("batch_size", "dataset_length")
 
 
@@ -131,6 +133,8 @@ def _valid(name: str, value: Any) -> bool:
         return value is None or (is_int and value >= 1)
     if name in _OPTIONAL_COUNTS:
         return value is None or (is_int and value >= 0)
+    if name == "even_batches":
+        return isinstance(value, bool) or value == "balanced"
     if name in _FLAGS:
         return isinstance(value, bool)
     if name == "mode":

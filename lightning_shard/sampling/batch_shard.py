@@ -10,6 +10,14 @@ from typing import Any
 from torch.utils.data import BatchSampler
 
 from lightning_shard._checks import check_num_processes, check_process_index, check_split_batch_size
+from lightning_shard.sampling.balance import (
+    BALANCED,
+    EvenBatches,
+    check_even_batches,
+    chunk,
+    is_balanced,
+    tail_steps,
+)
 from lightning_shard.sampling.epochs import forward_epoch
 from lightning_shard.sampling.fast_index import ShardLayout, fast_epoch_order
 
@@ -29,7 +37,9 @@ class BatchSamplerShard(BatchSampler):
         num_processes: the number of data-parallel processes ``N``.
         process_index: this process's index in ``[0, N)``.
         split_batches: split each batch across processes instead of dealing out whole batches.
-        even_batches: pad so that every process yields as many batches as the others.
+        even_batches: ``True`` pads so that every process yields as many batches as the others;
+            ``"balanced"`` splits the end of the epoch into real samples instead (``sampling/balance.py``;
+            for a batch sampler that batches a sized sampler by ``batch_size``, else it pads).
 
     Raises:
         TypeError: if ``num_processes`` or ``process_index`` is not an integer.
@@ -43,13 +53,13 @@ class BatchSamplerShard(BatchSampler):
         num_processes: int = 1,
         process_index: int = 0,
         split_batches: bool = False,
-        even_batches: bool = True,
+        even_batches: EvenBatches = True,
     ) -> None:
         self.num_processes = check_num_processes(num_processes)
         self.process_index = check_process_index(process_index, self.num_processes)
         self.batch_sampler = batch_sampler
         self.split_batches = split_batches
-        self.even_batches = even_batches
+        self.even_batches: EvenBatches = check_even_batches(even_batches)
         self.batch_size: int | None = getattr(batch_sampler, "batch_size", None)  # type: ignore[assignment]
         self.drop_last: bool = bool(getattr(batch_sampler, "drop_last", False))
         if split_batches:
@@ -98,13 +108,27 @@ class BatchSamplerShard(BatchSampler):
             return layout.skip(consumed * (self.batch_size or 0)).num_batches()
         return self._generic_length(max(len(self.batch_sampler) - consumed, 0), consumed)
 
+    def _balanced_length(self, consumed: int) -> int | None:
+        """Samples left once ``consumed`` batches are gone, when the generic path balances its tail."""
+        sampler, size = self.sampler, self.batch_size
+        if self.even_batches != BALANCED or self.drop_last or size is None or not isinstance(sampler, Sized):
+            return None
+        length = max(len(sampler) - consumed * size, 0)
+        return length if is_balanced(self.even_batches, length, self.num_processes) else None
+
     def _generic_length(self, total: int, consumed: int) -> int:
+        length = self._balanced_length(consumed)
+        if length is not None:
+            assert self.batch_size is not None  # NOTE: `_balanced_length` needs it.
+            span = self.batch_size * (1 if self.split_batches else self.num_processes)
+            steps, tail = tail_steps(length, span, self.num_processes)
+            return steps + (tail > 0)
         if self.split_batches:
             return total - self._misses_short_slice(consumed)
         rounds, extra = divmod(total, self.num_processes)
         if extra == 0 or self.drop_last:
             return rounds
-        return rounds + (self.even_batches or self.process_index < extra)
+        return rounds + (bool(self.even_batches) or self.process_index < extra)
 
     def _misses_short_slice(self, consumed: int) -> bool:
         """Whether, splitting without padding, this process gets no slice of the short last batch."""
@@ -128,7 +152,9 @@ class BatchSamplerShard(BatchSampler):
         if fast is not None and layout is not None:
             return self._iter_fast(layout, fast.draw, fast.finish, start, consumed)
         source = itertools.islice(iter(self.batch_sampler), consumed, None)
-        return itertools.islice(self._iter_generic(source), start, None)
+        length = self._balanced_length(consumed)
+        batches = self._iter_generic(source) if length is None else self._iter_balanced(source, length)
+        return itertools.islice(batches, start, None)
 
     @staticmethod
     def _iter_fast(
@@ -144,6 +170,25 @@ class BatchSamplerShard(BatchSampler):
         """The streaming path, for any batch sampler; ``source`` replaces the wrapped sampler's batches."""
         batches = self.batch_sampler if source is None else source
         return self._iter_split(batches) if self.split_batches else self._iter_whole(batches)
+
+    def _iter_balanced(self, batches: Iterable[Any], length: int) -> Iterator[list[int]]:
+        """The generic path with a balanced tail: steps before the tail as usual, then this process's chunk."""
+        assert self.batch_size is not None  # NOTE: `_balanced_length` needs it.
+        n, r = self.num_processes, self.process_index
+        group = 1 if self.split_batches else n
+        steps = tail_steps(length, self.batch_size * group, n)[0]
+        width = self.batch_size // n
+        tail: list[int] = []
+        for position, batch in enumerate(batches):
+            if position >= steps * group:
+                tail.extend(batch)
+            elif self.split_batches:
+                yield list(batch[r * width : (r + 1) * width])
+            elif position % n == r:
+                yield batch
+        if tail:
+            lo, hi = chunk(len(tail), n, r)
+            yield tail[lo:hi]
 
     def _is_full(self, batch: Sized) -> bool:
         return self.batch_size is None or len(batch) == self.batch_size

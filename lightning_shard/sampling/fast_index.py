@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
+from lightning_shard.sampling.balance import EvenBatches, chunk, is_balanced, tail_steps
 from lightning_shard.sampling.samplers import SeedableRandomSampler
 
 _CHUNK_ROWS = 1024
@@ -30,22 +31,33 @@ class ShardLayout:
     num_processes: int
     process_index: int
     split_batches: bool
-    even_batches: bool
+    even_batches: EvenBatches
     drop_last: bool
 
     def skip(self, offset: int) -> ShardLayout:
         """The layout of the same epoch once its first ``offset`` indices are gone."""
         return replace(self, length=max(self.length - offset, 0))
 
+    @property
+    def span(self) -> int:
+        """Samples per step over all processes: the global batch."""
+        return self.batch_size if self.split_batches else self.batch_size * self.num_processes
+
+    @property
+    def balanced(self) -> bool:
+        """Whether the epoch ends in a balanced tail (``even_batches="balanced"``, enough samples)."""
+        return not self.drop_last and is_balanced(self.even_batches, self.length, self.num_processes)
+
     def _head_length(self) -> int:
-        span = self.batch_size if self.split_batches else self.batch_size * self.num_processes
-        return min(span, self.length)
+        return min(self.span, self.length)
 
     def row_geometry(self) -> tuple[int, int, int, int]:
         """``(rows, first, stride, width)``: row ``k`` of the unpadded batches is
         ``order[first + k * stride : first + k * stride + width]``."""
         n, b, r = self.num_processes, self.batch_size, self.process_index
         full = self.length // b
+        if self.balanced:
+            full = tail_steps(self.length, self.span, n)[0] * (1 if self.split_batches else n)
         if self.split_batches:
             return full, r * (b // n), b, b // n
         return full // n, r * b, n * b, b
@@ -59,6 +71,12 @@ class ShardLayout:
     def tail_span(self) -> tuple[int, int] | None:
         """Positions ``[start, stop)`` in the padded epoch of this process's last batch, if any."""
         n, b, r, length = self.num_processes, self.batch_size, self.process_index, self.length
+        if self.balanced:
+            steps, tail = tail_steps(length, self.span, n)
+            if not tail:
+                return None
+            lo, hi = chunk(tail, n, r)
+            return steps * self.span + lo, steps * self.span + hi
         if self.drop_last or length % (b if self.split_batches else b * n) == 0:
             return None
         full = length // b
@@ -82,10 +100,7 @@ class ShardLayout:
 
     def num_batches(self) -> int:
         """Exactly how many batches this process yields in the epoch."""
-        n, b = self.num_processes, self.batch_size
-        full = self.length // b
-        rows = full if self.split_batches else full // n
-        return rows + (self.tail_span() is not None)
+        return self.row_geometry()[0] + (self.tail_span() is not None)
 
     def iter_batches(
         self, order: torch.Tensor | None, start: int = 0, offset: int = 0

@@ -119,3 +119,45 @@ class SkipBatchSampler(BatchSamplerWrapper):
 
     def set_epoch(self, epoch: int) -> None:
         forward_epoch(self.batch_sampler, epoch)
+
+
+class SampleShard:
+    """A shard of one-sample batches seen as a sampler of single indices (``DataLoader(batch_size=None)``).
+
+    Such a loader fetches and yields one sample per step, uncollated; sharding it by one-sample batches
+    keeps that. It is a ``SeekableBatchSampler`` over its shard, so resumption stays arithmetic.
+    """
+
+    def __init__(self, shard: Any) -> None:
+        self.shard = shard
+
+    @property
+    def sampler(self) -> Any:
+        return self.shard.sampler
+
+    @property
+    def num_processes(self) -> int:
+        return int(self.shard.num_processes)
+
+    @property
+    def even_batches(self) -> Any:
+        return self.shard.even_batches
+
+    split_batches = False
+    drop_last = False
+    batch_size = 1
+
+    def set_epoch(self, epoch: int) -> None:
+        self.shard.set_epoch(epoch)
+
+    def iter_from(self, start: int, *, consumed: int = 0) -> Iterator[int]:
+        return (batch[0] for batch in self.shard.iter_from(start, consumed=consumed))
+
+    def length_after(self, consumed: int) -> int:
+        return int(self.shard.length_after(consumed))
+
+    def __iter__(self) -> Iterator[int]:
+        return self.iter_from(0)
+
+    def __len__(self) -> int:
+        return self.length_after(0)

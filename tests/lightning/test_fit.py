@@ -62,8 +62,8 @@ def test_validation_and_test_gather_every_sample_once(basic: tuple[Path, str]) -
         assert [len(ids) for ids in val] == [16] * 6 + [7] + [16] * 6 + [7]
         assert sorted(i for ids in val[:7] for i in ids) == list(range(103))
         assert sorted(i for ids in test[rank]["test"] for i in ids) == list(range(103))
-    local = [len(ids) for rank in fit for ids in rank["val_local"][:7]]
-    assert sum(local) == 112, "each process ran 7 full batches; 9 padded samples were dropped"
+    local = [[len(ids) for ids in rank["val_local"][:7]] for rank in fit]
+    assert local == [[8] * 6 + [4], [8] * 6 + [3]], "the last step is split into real samples, none repeated"
 
 
 def test_predict_yields_each_sample_once_with_its_indices(basic: tuple[Path, str]) -> None:

@@ -19,11 +19,10 @@ from lightning.pytorch.utilities.types import LRSchedulerConfig
 from torch.utils.data import DataLoader
 
 from lightning_shard import ResumeHook, ShardOptimizer, ShardOptions, ShardScheduler, prepare_data_loader
-from lightning_shard.comm.collectives import gather_in_process_order
+from lightning_shard.comm.gather import gather_in_process_order, keep_rows
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning import ShardDataModule, ShardEpochCallback, ShardStrategy
 from lightning_shard.lightning.checkpoints import LightningResumeHook
-from lightning_shard.lightning.evaluation import keep_first
 from lightning_shard.lightning.plan import plan_for
 from lightning_shard.lightning.schedulers import SchedulerScaling, wrap_optimizers, wrap_schedulers
 from lightning_shard.lightning.stages import stage_defaults
@@ -70,7 +69,7 @@ def test_bad_options_are_refused() -> None:
 def test_stage_defaults() -> None:
     options = ShardOptions(even_batches=False, dispatch_batches=True, put_on_device=True)
     assert stage_defaults(options, "train") == options
-    assert stage_defaults(options, "validate").even_batches and stage_defaults(options, "test").even_batches
+    assert stage_defaults(options, "validate").even_batches == stage_defaults(options, "test").even_batches == "balanced"
     predict = stage_defaults(options, "predict")
     assert not predict.even_batches and predict.dispatch_batches is False
 
@@ -102,7 +101,7 @@ def test_connect_adds_one_callback_and_datamodule_options_win() -> None:
         split_batches=True, rng_types=("generator",), data_seed=5
     )
     assert strategy.options_for("predict").put_on_device and not strategy.options_for("predict").even_batches
-    assert strategy.options_for("validate") == strategy.options
+    assert strategy.options_for("validate") == strategy.options.replace(even_batches="balanced")
 
 
 # -- optimizers and schedulers ---------------------------------------------------------------------
@@ -170,11 +169,11 @@ def test_plan_line() -> None:
 # -- gathering -------------------------------------------------------------------------------------
 
 
-def test_keep_first_and_gather_without_group() -> None:
+def test_keep_rows_and_gather_without_group() -> None:
     data = {"id": torch.arange(10), "pair": (torch.ones(10, 2), torch.zeros(10))}
-    kept = keep_first(data, 7)
+    kept = keep_rows(data, slice(0, 7))
     assert kept["id"].tolist() == list(range(7)) and kept["pair"][0].shape == (7, 2)
-    assert keep_first(list(range(10)), 3) == [0, 1, 2]
+    assert keep_rows(list(range(10)), slice(0, 3)) == [0, 1, 2]
     assert gather_in_process_order(data) is data
 
 

@@ -1,0 +1,165 @@
+"""Predictions in dataset order: what one process would have predicted, gathered from all of them.
+
+Predict loaders neither pad nor dispatch, so data-parallel process ``r`` predicts global batches
+``r, r + N, ...`` (or slice ``r`` of every batch with ``split_batches``). Ordering each process's batches
+by ``(step, process)`` and joining the slices of one step gives exactly the list a single process
+returns: the dataset's order for an unshuffled loader, each sample once (docs/DESIGN.md, "Exact
+evaluation"). ``PredictionGatherer`` does this for ``trainer.predict``'s return value on rank 0;
+``ShardPredictionWriter`` writes each process's predictions and merges them in order on rank 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import lightning.pytorch as pl
+import torch
+import torch.distributed as dist
+from lightning.pytorch.callbacks import BasePredictionWriter, Callback
+from typing_extensions import override
+
+from lightning_shard.comm.collectives import is_distributed
+from lightning_shard.comm.tree import concatenate
+
+if TYPE_CHECKING:
+    from lightning_shard.lightning.sharding import ShardingMixin
+
+
+def merge_in_order(parts: Sequence[tuple[int, list[Any]]], split_batches: bool) -> list[Any]:
+    """One list of batch predictions in the order a single process makes them.
+
+    Args:
+        parts: ``(data-parallel index, that process's batch predictions)`` from every process; a
+            data-parallel index seen twice (tensor-parallel peers) counts once.
+        split_batches: whether each step's batch was split across processes (its slices are joined).
+    """
+    by_index: dict[int, list[Any]] = {}
+    for index, predictions in parts:
+        by_index.setdefault(index, list(predictions))
+    ordered = [by_index[index] for index in sorted(by_index)]
+    steps = max((len(predictions) for predictions in ordered), default=0)
+    merged: list[Any] = []
+    for step in range(steps):
+        slices = [predictions[step] for predictions in ordered if step < len(predictions)]
+        merged += [_joined(slices)] if split_batches else slices
+    return merged
+
+
+def _joined(slices: list[Any]) -> Any:
+    if len(slices) == 1:
+        return slices[0]
+    try:
+        return concatenate(slices)
+    except (ValueError, TypeError):
+        return slices
+
+
+def gather_to_rank_zero(value: Any) -> list[Any] | None:
+    """Every process's ``value`` on global rank 0 (``None`` elsewhere); ``[value]`` without a group."""
+    if not is_distributed():
+        return [value]
+    gathered: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(value, gathered, dst=0)
+    return gathered
+
+
+class PredictionGatherer(Callback):
+    """Makes ``trainer.predict`` return, on rank 0, what a single process would: every process's
+    predictions, each sample once, in order. Other ranks keep their own (Lightning's behaviour).
+
+    Off with ``gather_predictions=False`` (each rank then keeps only its own, as under DDP).
+    """
+
+    def __init__(self, strategy: ShardingMixin) -> None:
+        self.strategy = strategy
+
+    @override
+    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # NOTE: runs after `on_predict_epoch_end`, where prediction writers saw this rank's own predictions;
+        # the list `trainer.predict` returns is this same object, so it is completed in place.
+        loop = trainer.predict_loop
+        strategy = self.strategy
+        if not strategy.strategy_options.gather_predictions or not loop.return_predictions:
+            return
+        if strategy.topology.num_processes == 1:
+            return
+        predictions = loop.predictions
+        per_loader = predictions if loop.num_dataloaders > 1 else [predictions]
+        split = strategy.options_for("predict").split_batches
+        gathered = gather_to_rank_zero((strategy.topology.process_index, [list(p) for p in per_loader]))
+        if gathered is None:
+            return
+        for position, own in enumerate(per_loader):
+            parts = [(index, loaders[position]) for index, loaders in gathered]
+            own[:] = merge_in_order(parts, split)
+
+
+class ShardPredictionWriter(BasePredictionWriter):
+    """Writes each process's predictions, then merges them on rank 0 into one file, in order.
+
+    Each process writes ``rank{r}.pt`` (its predictions and Lightning's ``batch_indices``) in
+    ``output_dir``; after all have written, rank 0 writes ``predictions.pt``: the merged list of batch
+    predictions (one list per predict loader when there are several) and the matching batch indices.
+
+    Args:
+        output_dir: where to write.
+        split_batches: whether the predict loaders split batches across processes (the strategy's
+            ``split_batches``).
+        keep_parts: keep the per-process files after merging.
+    """
+
+    def __init__(
+        self, output_dir: str | Path, *, split_batches: bool = False, keep_parts: bool = False
+    ) -> None:
+        super().__init__(write_interval="epoch")
+        self.output_dir = Path(output_dir)
+        self.split_batches = split_batches
+        self.keep_parts = keep_parts
+
+    @override
+    def write_on_epoch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        predictions: Sequence[Any],
+        batch_indices: Any,
+    ) -> None:
+        strategy = trainer.strategy
+        topology = getattr(strategy, "topology", None)
+        index = topology.process_index if topology is not None else trainer.global_rank
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        several = trainer.predict_loop.num_dataloaders > 1
+        part = {
+            "index": index,
+            "predictions": predictions,
+            "batch_indices": batch_indices,
+            "several": several,
+        }
+        own = self.output_dir / f"rank{trainer.global_rank}.pt"
+        torch.save(part, own)
+        strategy.barrier("lightning_shard.ShardPredictionWriter")
+        if trainer.global_rank == 0:
+            self._merge(trainer.world_size)
+        strategy.barrier("lightning_shard.ShardPredictionWriter.merged")
+        if not self.keep_parts:
+            own.unlink(missing_ok=True)
+
+    def _merge(self, world_size: int) -> None:
+        parts = [
+            torch.load(self.output_dir / f"rank{rank}.pt", weights_only=False) for rank in range(world_size)
+        ]
+        several = parts[0]["several"]
+        loaders = len(parts[0]["predictions"]) if several else 1
+
+        def merged(key: str, position: int, nested: bool) -> list[Any]:
+            pairs = [(part["index"], part[key][position] if nested else part[key]) for part in parts]
+            return merge_in_order(pairs, self.split_batches)
+
+        # NOTE: Lightning passes the batch indices per predict loader, the predictions so only with several.
+        indices = [merged("batch_indices", position, True) for position in range(loaders)]
+        predictions = [merged("predictions", position, several) for position in range(loaders)]
+        result = {"predictions": predictions if several else predictions[0]}
+        result["batch_indices"] = indices if several else indices[0]
+        torch.save(result, self.output_dir / "predictions.pt")
