@@ -92,7 +92,8 @@ def _check_loader(dataloader: Any) -> None:
         raise ValueError(
             f"`dataloader` already shards by rank: its sampler is a {type(sampler).__name__}. Sharding it "
             "again would give each process a fraction of its share. Use a plain sampler (e.g. "
-            "`shuffle=True`), or with Lightning keep `use_distributed_sampler` off for this loader."
+            "`shuffle=True`), or, to keep sharding it yourself under Lightning, pass "
+            "`Trainer(use_distributed_sampler=False)`: the strategy then leaves every loader as it is."
         )
 
 

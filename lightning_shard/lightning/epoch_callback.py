@@ -6,6 +6,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from lightning_shard.lightning.continuity import TrainingLoaderRounds
 from lightning_shard.lightning.stages import flatten_loaders, is_shard_loader
 
 _RELOAD = "reload_dataloaders_every_n_epochs"
@@ -19,8 +20,9 @@ class ShardEpochCallback(Callback):
     never sees its epoch end; its order for the next epoch comes from this ``set_epoch``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, rounds: TrainingLoaderRounds | None = None) -> None:
         self._reload_setting: int | None = None
+        self._rounds = rounds
 
     def reload_next_epoch(self, trainer: pl.Trainer) -> None:
         """Have Lightning rebuild the loaders (and measure their length) at the next epoch, once."""
@@ -31,8 +33,16 @@ class ShardEpochCallback(Callback):
         setattr(trainer, _RELOAD, 1)
 
     @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # NOTE: a fit resumed mid-epoch skips `on_train_epoch_start` for that epoch; this one always runs.
+        if self._rounds is not None:
+            self._rounds.close()
+
+    @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._end_reload(trainer)
+        if self._rounds is not None:
+            self._rounds.close()
         for loader in flatten_loaders(trainer.train_dataloader):
             if is_shard_loader(loader) and loader.epoch != trainer.current_epoch:
                 loader.set_epoch(trainer.current_epoch)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from lightning.fabric.utilities.data import sized_len
 
-from lightning_shard.lightning.schedulers import SchedulerScaling
+from lightning_shard.lightning.schedulers import SchedulerScaling, ShortSchedule
 from lightning_shard.lightning.stages import ShardLoader
 from lightning_shard.loaders.resumable import ShardingInfo
 from lightning_shard.sampling.balance import is_balanced
@@ -28,6 +28,7 @@ class ShardPlan:
         padded_samples: duplicates added so the last step is full on every process.
         dropped_samples: samples left out because of ``drop_last=True``.
         scheduler_scaling: how ``interval="step"`` schedulers are stepped.
+        short_schedulers: step schedulers whose schedule ends before the fit stops stepping them.
         mode: ``"shard"`` (each process loads its part) or ``"dispatch"`` (process 0 loads).
     """
 
@@ -41,15 +42,21 @@ class ShardPlan:
     dropped_samples: int | None
     scheduler_scaling: str
     mode: str
+    short_schedulers: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         steps = "an unknown number of" if self.steps_per_epoch is None else str(self.steps_per_epoch)
         padded = "unknown" if self.padded_samples is None else str(self.padded_samples)
         dropped = f", {self.dropped_samples} dropped (drop_last)" if self.dropped_samples else ""
+        sizes = (
+            f"batch size {self.process_batch_size} per process and {self.global_batch_size} global"
+            if self.global_batch_size
+            else "batch sizes of the user's batch sampler"
+        )
         return (
-            f"lightning_shard plan: {_count(self.num_processes, 'process')} ({self.mode}), batch size "
-            f"{self.process_batch_size} per process and {self.global_batch_size} global, {steps} optimizer "
+            f"lightning_shard plan: {_count(self.num_processes, 'process')} ({self.mode}), {sizes}, {steps} optimizer "
             f"steps per epoch, {padded} samples padded in the last step{dropped}, {self.scheduler_scaling}"
+            + "".join(f" (WARNING: {short}: it ends early)" for short in self.short_schedulers)
         )
 
 
@@ -63,6 +70,7 @@ def plan_for(
     *,
     num_training_batches: float,
     accumulate_grad_batches: int,
+    short_schedulers: list[ShortSchedule] | None = None,
 ) -> ShardPlan:
     """The plan of ``loader`` for a fit that runs ``num_training_batches`` batches per epoch."""
     state = loader.sharding
@@ -88,6 +96,7 @@ def plan_for(
         dropped_samples=dropped,
         scheduler_scaling=scaling.describe(),
         mode=state.mode,
+        short_schedulers=tuple(short.describe() for short in short_schedulers or ()),
     )
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
+import lightning.pytorch as pl
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from torch.optim import Optimizer
 
@@ -74,3 +77,64 @@ def _followed(scheduler: object, optimizers: list[Optimizer]) -> list[Optimizer]
     inner = getattr(scheduler, "optimizer", None)
     followed = [opt for opt in optimizers if getattr(opt, "optimizer", opt) is inner]
     return followed or list(optimizers)
+
+
+@dataclass(frozen=True)
+class ShortSchedule:
+    """A step scheduler whose horizon ends before the fit stops stepping it."""
+
+    name: str
+    horizon: int
+    scaled_steps: int
+
+    def describe(self) -> str:
+        return f"{self.name} ends after {self.horizon} of {self.scaled_steps} scheduler steps"
+
+
+_HORIZONS = {"OneCycleLR": "total_steps", "CosineAnnealingLR": "T_max", "PolynomialLR": "total_iters"}
+"""Schedulers whose schedule ends (or turns back) after a number of steps, and where they keep it."""
+
+
+def scheduler_horizon(scheduler: object) -> int | None:
+    """After how many steps ``scheduler``'s schedule ends, if it is one that says."""
+    inner = getattr(scheduler, "scheduler", scheduler)
+    attribute = _HORIZONS.get(type(inner).__name__)
+    value = getattr(inner, attribute, None) if attribute else None
+    return int(value) if isinstance(value, int) else None
+
+
+def short_schedulers(
+    trainer: pl.Trainer, configs: list[LRSchedulerConfig], scaling: SchedulerScaling
+) -> list[ShortSchedule]:
+    """The step schedulers that this fit will step past the end of their schedule.
+
+    NOTE: ``trainer.estimated_stepping_batches`` counts optimizer steps; a scaled scheduler steps
+    ``scaling.factor`` times per optimizer step, so a schedule sized by it ends early.
+    """
+    total = trainer.estimated_stepping_batches
+    if math.isinf(total):
+        return []
+    scaled = int(total) * scaling.factor
+    short = []
+    for config in configs:
+        horizon = scheduler_horizon(config.scheduler)
+        if config.interval == "step" and horizon is not None and horizon < scaled:
+            short.append(
+                ShortSchedule(
+                    type(getattr(config.scheduler, "scheduler", config.scheduler)).__name__, horizon, scaled
+                )
+            )
+    return short
+
+
+def warn_short_schedulers(short: list[ShortSchedule]) -> None:
+    """Say once, on rank 0, which schedules end early and the one-liner that sizes them."""
+    for schedule in short:
+        rank_zero_warn(
+            f"lightning_shard: the step scheduler {schedule.describe()} this fit takes: it steps once per "
+            "process per optimizer step, but `trainer.estimated_stepping_batches` counts optimizer steps, so "
+            "the schedule ends early and stays at its end. Size it with "
+            "`total_steps=self.trainer.strategy.estimated_scheduler_steps` (or "
+            "`ShardDataModule.scheduler_steps_per_epoch * max_epochs`), or pass "
+            "`step_scheduler_with_optimizer=False` to step it once per optimizer step."
+        )

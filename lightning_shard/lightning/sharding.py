@@ -15,21 +15,34 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+import torch.distributed as dist
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch.nn import Module
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
+from lightning_shard.comm.collectives import is_distributed
 from lightning_shard.comm.gather import gather_in_process_order, keep_rows
 from lightning_shard.comm.topology import Topology
-from lightning_shard.lightning._private import StrategyRegistryType, disable_sampler_injection
+from lightning_shard.lightning._private import (
+    StrategyRegistryType,
+    disable_sampler_injection,
+    sampler_injection_enabled,
+)
 from lightning_shard.lightning.audit_callback import EpochAudit, ShardAuditCallback
 from lightning_shard.lightning.checkpoints import LightningResumeHook
+from lightning_shard.lightning.continuity import TrainingLoaderRounds
 from lightning_shard.lightning.epoch_callback import ShardEpochCallback
 from lightning_shard.lightning.plan import ShardPlan, plan_for
 from lightning_shard.lightning.prediction import PredictionGatherer
-from lightning_shard.lightning.schedulers import SchedulerScaling, wrap_optimizers, wrap_schedulers
+from lightning_shard.lightning.schedulers import (
+    SchedulerScaling,
+    short_schedulers,
+    warn_short_schedulers,
+    wrap_optimizers,
+    wrap_schedulers,
+)
 from lightning_shard.lightning.stages import (
     ShardLoader,
     flatten_loaders,
@@ -66,7 +79,9 @@ class ShardingMixin:
         self._shard_plan: ShardPlan | None = None
         self._dataloader_idx = 0
         self._connected_trainer: pl.Trainer | None = None
-        self._epoch_callback = ShardEpochCallback()
+        self._rounds = TrainingLoaderRounds()
+        self._loaders_left_alone = False
+        self._epoch_callback = ShardEpochCallback(self._rounds)
         self._predict_callback = PredictionGatherer(self)
         self._stepping = False
         audit = strategy_options.audit
@@ -103,6 +118,23 @@ class ShardingMixin:
         )
 
     @property
+    def estimated_scheduler_steps(self) -> int:
+        """How many times this fit steps an ``interval="step"`` scheduler: size a ``OneCycleLR`` with it.
+
+        ``trainer.estimated_stepping_batches`` (optimizer steps) times the scheduler scaling factor.
+
+        Raises:
+            ValueError: if the fit has no bound (``max_epochs=-1`` and no ``max_steps``).
+        """
+        total = self._trainer.estimated_stepping_batches
+        if total == float("inf"):
+            raise ValueError(
+                "`estimated_scheduler_steps` needs a bounded fit, but this trainer has no `max_steps` and "
+                "`max_epochs=-1`. Set `max_steps` (or `max_epochs`) on the `Trainer`."
+            )
+        return int(total) * self.scheduler_scaling.factor
+
+    @property
     def _trainer(self) -> pl.Trainer:
         if self._connected_trainer is None:
             raise RuntimeError(
@@ -129,22 +161,38 @@ class ShardingMixin:
     # -- wiring into the trainer --------------------------------------------------------------------
     def connect(self, model: pl.LightningModule) -> None:
         super().connect(model)  # type: ignore[misc]
-        trainer = self._connected_trainer = model.trainer
+        trainer = model.trainer
+        if trainer is not self._connected_trainer:
+            # NOTE: read before we turn it off: `Trainer(use_distributed_sampler=False)` means "leave my
+            # loaders alone", as it does for Lightning's own strategies.
+            self._loaders_left_alone = not sampler_injection_enabled(trainer)
+            self._connected_trainer = trainer
         disable_sampler_injection(trainer)
         callbacks: list[Any] = getattr(trainer, "callbacks")  # noqa: B009 - set by a connector, unseen by mypy
         for callback in (self._epoch_callback, self._audit_callback, self._predict_callback):
             if callback is not None and callback not in callbacks:
                 callbacks.append(callback)
 
+    @property
+    def loaders_left_alone(self) -> bool:
+        """Whether the trainer was built with ``use_distributed_sampler=False``: loaders are not sharded."""
+        return self._loaders_left_alone
+
     def process_dataloader(self, dataloader: object) -> object:
-        if not isinstance(dataloader, DataLoader) or is_shard_loader(dataloader):
+        if not isinstance(dataloader, DataLoader) or is_shard_loader(dataloader) or self._loaders_left_alone:
             return dataloader
         trainer = self._trainer
         stage = stage_key(trainer.state.stage)
-        loader = prepare_for_stage(
-            dataloader, self.options_for(stage), self.topology, stage, self.root_device
-        )
-        if stage == "train" and is_shard_loader(loader):
+        if stage != "train":
+            return prepare_for_stage(
+                dataloader, self.options_for(stage), self.topology, stage, self.root_device
+            )
+        with self._rounds.building():
+            loader = prepare_for_stage(
+                dataloader, self.options_for(stage), self.topology, stage, self.root_device
+            )
+        self._rounds.add(loader)
+        if is_shard_loader(loader):
             loader.set_epoch(trainer.current_epoch)
             loader.resume_hook = LightningResumeHook(
                 trainer, lambda: self._epoch_callback.reload_next_epoch(trainer)
@@ -182,16 +230,23 @@ class ShardingMixin:
     def on_train_start(self) -> None:
         super().on_train_start()  # type: ignore[misc]
         trainer = self._trainer
+        if self._loaders_left_alone:
+            rank_zero_info(
+                "lightning_shard: loaders left as they are (`Trainer(use_distributed_sampler=False)`)."
+            )
         loaders = [loader for loader in flatten_loaders(trainer.train_dataloader) if is_shard_loader(loader)]
         if not loaders:
             return
+        short = short_schedulers(trainer, self.lr_scheduler_configs, self.scheduler_scaling)
         self._shard_plan = plan_for(
             loaders[0],
             self.scheduler_scaling,
             num_training_batches=trainer.num_training_batches,
             accumulate_grad_batches=trainer.accumulate_grad_batches,
+            short_schedulers=short,
         )
         rank_zero_info(str(self._shard_plan))
+        warn_short_schedulers(short)
 
     # -- steps --------------------------------------------------------------------------------------
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
@@ -233,7 +288,7 @@ class ShardingMixin:
         loader = self.current_loader()
         if loader is not None:
             _check_even(loader, self.topology.num_processes)
-        padded = loader is not None and loader.remainder > 0
+        padded = loader is not None and loader.pads_last_step
         if padded and not self._stepping:
             raise ValueError(
                 "`gather_for_metrics` was called outside a training / validation / test step, with a loader "
@@ -245,6 +300,26 @@ class ShardingMixin:
         if loader is None or not padded or not loader.end_of_dataloader:
             return gathered
         return keep_rows(gathered, slice(0, loader.remainder))
+
+    def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        """Lightning's reduction, except that integer tensors are averaged exactly.
+
+        ``self.log(..., sync_dist=True)`` divides the sum of the logged values by the sum of the batch
+        sizes, each averaged over the processes; Lightning averages the (integer) batch sizes with
+        truncation, which is inexact as soon as processes hold different numbers of samples, as
+        balanced evaluation loaders do. Here they are averaged in floating point.
+        """
+        mean = isinstance(reduce_op, str) and reduce_op.lower() in ("mean", "avg")
+        if (
+            mean
+            and isinstance(tensor, torch.Tensor)
+            and not torch.is_floating_point(tensor)
+            and is_distributed()
+        ):
+            total = tensor.to(torch.float64)
+            dist.all_reduce(total, group=group)
+            return total / dist.get_world_size(group)
+        return super().reduce(tensor, group=group, reduce_op=reduce_op)  # type: ignore[misc]
 
     def current_loader(self) -> ShardLoader | None:
         """The sharded loader whose batch is being processed (``None`` for a loader we did not shard)."""

@@ -291,6 +291,14 @@ class ResumableLoaderMixin:
         return info.dataset_length % self.total_batch_size
 
     @property
+    def pads_last_step(self) -> bool:
+        """Whether the epoch's last step repeats samples to fill every process's batch."""
+        info = self._sharding()
+        if self.remainder <= 0 or info.num_processes == 1 or not info.even_batches:
+            return False
+        return info.mode == "shard" or self.remainder % info.num_processes != 0
+
+    @property
     def total_batch_size(self) -> int:
         """Samples per step across all processes (``B * N``, or ``B`` with ``split_batches``; 0 unknown)."""
         info = self._sharding()

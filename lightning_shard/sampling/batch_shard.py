@@ -152,9 +152,7 @@ class BatchSamplerShard(BatchSampler):
         if fast is not None and layout is not None:
             return self._iter_fast(layout, fast.draw, fast.finish, start, consumed)
         source = itertools.islice(iter(self.batch_sampler), consumed, None)
-        length = self._balanced_length(consumed)
-        batches = self._iter_generic(source) if length is None else self._iter_balanced(source, length)
-        return itertools.islice(batches, start, None)
+        return itertools.islice(self._iter_generic(source, consumed), start, None)
 
     @staticmethod
     def _iter_fast(
@@ -166,9 +164,13 @@ class BatchSamplerShard(BatchSampler):
         yield from layout.skip(offset).iter_batches(rest, start, offset=offset if order is None else 0)
         finish()
 
-    def _iter_generic(self, source: Iterable[Any] | None = None) -> Iterator[list[int]]:
-        """The streaming path, for any batch sampler; ``source`` replaces the wrapped sampler's batches."""
+    def _iter_generic(self, source: Iterable[Any] | None = None, consumed: int = 0) -> Iterator[list[int]]:
+        """The streaming path, for any batch sampler; ``source`` replaces the wrapped sampler's batches
+        (what is left of them once ``consumed`` are gone)."""
         batches = self.batch_sampler if source is None else source
+        length = self._balanced_length(consumed)
+        if length is not None:
+            return self._iter_balanced(batches, length)
         return self._iter_split(batches) if self.split_batches else self._iter_whole(batches)
 
     def _iter_balanced(self, batches: Iterable[Any], length: int) -> Iterator[list[int]]:

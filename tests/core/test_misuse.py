@@ -234,7 +234,12 @@ ROWS: list[Row] = [
             loader(sampler=DistributedSampler(IdMap(20), num_replicas=2, rank=0)), num_processes=2
         ),
         ValueError,
-        [r"`dataloader`", r"DistributedSampler", r"`use_distributed_sampler` off", r"plain sampler"],
+        [
+            r"`dataloader`",
+            r"DistributedSampler",
+            r"`Trainer\(use_distributed_sampler=False\)`",
+            r"plain sampler",
+        ],
     ),
     (
         "not-a-dataloader",

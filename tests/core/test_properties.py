@@ -41,7 +41,7 @@ class Setup:
     batch_size: int
     num_processes: int
     split_batches: bool
-    even_batches: bool
+    even_batches: bool | str
     drop_last: bool
     seed: int
 
@@ -75,6 +75,11 @@ class Setup:
         return self.batch_size if self.split_batches else self.batch_size * self.num_processes
 
     @property
+    def balanced(self) -> bool:
+        """Whether the epoch ends in a balanced tail (else it pads or stays uneven)."""
+        return self.even_batches == "balanced" and not self.drop_last and self.length >= self.num_processes
+
+    @property
     def process_batch_size(self) -> int:
         return self.batch_size // self.num_processes if self.split_batches else self.batch_size
 
@@ -89,8 +94,11 @@ def setups(draw: st.DrawFn, kinds: list[str] = KINDS, max_length: int = 200) -> 
         batch_size = draw(st.integers(1, 17))
     kind = draw(st.sampled_from(kinds))
     length = draw(st.integers(0 if kind == SEQUENTIAL else 1, max_length))
-    flags = draw(st.tuples(st.booleans(), st.booleans()))
-    return Setup(kind, length, batch_size, num_processes, split, *flags, seed=draw(st.integers(0, 2**31 - 1)))
+    even = draw(st.sampled_from([True, False, "balanced"]))
+    drop_last = draw(st.booleans())
+    return Setup(
+        kind, length, batch_size, num_processes, split, even, drop_last, seed=draw(st.integers(0, 2**31 - 1))
+    )
 
 
 def all_ranks(setup: Setup) -> list[list[list[int]]]:
@@ -117,7 +125,7 @@ def test_every_sample_appears_and_padding_is_a_prefix_cycle(setup: Setup) -> Non
         assert sequence == order[:complete]
         return
     assert set(sequence) == set(range(setup.length))
-    if not setup.even_batches:
+    if not setup.even_batches or setup.balanced:
         assert sequence == order  # exactly once, in the epoch's order
         return
     padding = sequence[len(order) :]
@@ -133,7 +141,13 @@ def test_even_batches_gives_equal_counts_and_sizes(setup: Setup) -> None:
     per_rank = all_ranks(setup)
     counts = {len(batches) for batches in per_rank}
     sizes = {len(batch) for batches in per_rank for batch in batches}
-    if setup.even_batches or setup.drop_last:
+    if setup.balanced:
+        assert len(counts) == 1
+        last = [batches[-1] for batches in per_rank if batches]
+        assert all(len(batch) == setup.process_batch_size for batches in per_rank for batch in batches[:-1])
+        assert max(map(len, last), default=0) - min(map(len, last), default=0) <= 1
+        assert all(0 < len(batch) <= setup.process_batch_size + 1 for batch in last)
+    elif setup.even_batches or setup.drop_last:
         assert len(counts) == 1
         assert sizes <= {setup.process_batch_size}
     else:
@@ -146,6 +160,15 @@ def test_len_equals_what_iteration_yields(setup: Setup) -> None:
     for rank in range(setup.num_processes):
         shard = setup.shard(rank)
         assert len(shard) == len(list(shard)) == len(list(setup.shard(rank)._iter_generic()))
+
+
+@SETTINGS
+@given(setups(kinds=[RANDOM_GENERATOR]))
+def test_the_generic_path_balances_like_the_fast_path(setup: Setup) -> None:
+    generic = dataclasses.replace(setup, kind=SUBCLASS)
+    assert all_ranks(generic) == all_ranks(setup)
+    for rank in range(setup.num_processes):
+        assert len(generic.shard(rank)) == len(setup.shard(rank))
 
 
 @SETTINGS

@@ -62,7 +62,8 @@ class Recorder(pl.LightningModule):
         self.records: dict[str, list[Any]] = {"train": [], "val": [], "test": [], "lr": [], "val_local": []}
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        self.records["train"].append([self.current_epoch, batch_idx, batch["id"].tolist()])
+        ids = torch.as_tensor(batch["id"]).reshape(-1).tolist()  # NOTE: one uncollated sample has an int id
+        self.records["train"].append([self.current_epoch, batch_idx, ids])
         return nn.functional.mse_loss(self.layer(batch["x"]), batch["y"])
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:

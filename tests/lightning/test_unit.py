@@ -24,7 +24,13 @@ from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning import ShardDataModule, ShardEpochCallback, ShardStrategy
 from lightning_shard.lightning.checkpoints import LightningResumeHook
 from lightning_shard.lightning.plan import plan_for
-from lightning_shard.lightning.schedulers import SchedulerScaling, wrap_optimizers, wrap_schedulers
+from lightning_shard.lightning.prediction import merge_in_order
+from lightning_shard.lightning.schedulers import (
+    SchedulerScaling,
+    scheduler_horizon,
+    wrap_optimizers,
+    wrap_schedulers,
+)
 from lightning_shard.lightning.stages import stage_defaults
 from lightning_shard.loaders.state import encode_generator_state
 from lightning_shard.prepare import prepare_with_options
@@ -69,7 +75,11 @@ def test_bad_options_are_refused() -> None:
 def test_stage_defaults() -> None:
     options = ShardOptions(even_batches=False, dispatch_batches=True, put_on_device=True)
     assert stage_defaults(options, "train") == options
-    assert stage_defaults(options, "validate").even_batches == stage_defaults(options, "test").even_batches == "balanced"
+    assert (
+        stage_defaults(options, "validate").even_batches
+        == stage_defaults(options, "test").even_batches
+        == "balanced"
+    )
     predict = stage_defaults(options, "predict")
     assert not predict.even_batches and predict.dispatch_batches is False
 
@@ -382,3 +392,27 @@ def test_epochs_reshuffle_and_plan_is_kept(one_process: Path) -> None:
     assert not isinstance(trainer.lr_scheduler_configs[0].scheduler, ShardScheduler)
     # Lightning steps epoch schedulers right after the last batch of the epoch.
     assert [lr for _, lr in model.records["lr"]] == pytest.approx([0.1] * 4 + [0.05] * 5 + [0.025])
+
+
+# -- predictions in order, scheduler horizons -------------------------------------------------------
+
+
+def test_predictions_merge_in_the_order_of_one_process() -> None:
+    whole = [
+        (1, ["b1", "b3"]),
+        (0, ["b0", "b2", "b4"]),
+        (1, ["b1", "b3"]),
+    ]  # a tensor-parallel peer repeats 1
+    assert merge_in_order(whole, split_batches=False) == ["b0", "b1", "b2", "b3", "b4"]
+    split = [(0, [torch.tensor([0, 1]), torch.tensor([4])]), (1, [torch.tensor([2, 3])])]
+    merged = merge_in_order(split, split_batches=True)
+    assert [batch.tolist() for batch in merged] == [[0, 1, 2, 3], [4]]
+
+
+def test_scheduler_horizons() -> None:
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    one_cycle = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=1.0, total_steps=10)
+    assert scheduler_horizon(one_cycle) == 10
+    assert scheduler_horizon(ShardScheduler(one_cycle, optimizer, num_processes=2)) == 10
+    assert scheduler_horizon(torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=7)) == 7
+    assert scheduler_horizon(torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)) is None

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 
 from lightning_shard import DataLoaderShard, prepare_data_loader, skip_first_batches
 from lightning_shard.loaders.state import STATE_VERSION
+from tests.helpers.datasets import IdMap
 from tests.helpers.dist import run_distributed
 from tests.helpers.loader_cases import FormMap, LoaderCase, indices
 
@@ -82,6 +83,13 @@ SAME_SIZE_CASES = [
     LoaderCase(iterable=True, length=23, batch_size=3, shuffle="stream"),
     LoaderCase(iterable=True, length=22, batch_size=4, options={"split_batches": True}),
     LoaderCase(iterable=True, length=22, batch_size=3, drop_last=True),
+    LoaderCase(length=23, batch_size=3, shuffle="generator", options={"even_batches": "balanced"}),
+    LoaderCase(
+        length=21,
+        batch_size=4,
+        shuffle="seedable",
+        options={"even_batches": "balanced", "split_batches": True},
+    ),
 ]
 DISPATCH_ONE_PROCESS_CASES = [
     LoaderCase(length=23, batch_size=3, shuffle="generator", options=DISPATCH),
@@ -234,6 +242,10 @@ ELASTIC_CASES = [
     ),
     LoaderCase(iterable=True, length=45, batch_size=3),
     LoaderCase(iterable=True, length=47, batch_size=6, options={"split_batches": True}),
+    LoaderCase(length=46, batch_size=3, shuffle="generator", options={"even_batches": "balanced"}),
+    LoaderCase(
+        length=47, batch_size=6, shuffle="global", options={"split_batches": True, "even_batches": "balanced"}
+    ),
 ]
 
 
@@ -268,9 +280,10 @@ def test_elastic_resume_sees_every_remaining_sample_once(case: LoaderCase) -> No
                 continue
             loaders = [resumed(case, new_size, rank, state) for rank in range(new_size)]
             batches = [take(loader) for loader in loaders]
-            padded = case.options.get("even_batches", True) and new_size > 1
+            even = case.options.get("even_batches", True)
+            padded = even is True and new_size > 1
             check_exactly_once(set(range(case.length)) - seen, batches, padded, epoch_order)
-            if padded:
+            if even:
                 assert len({len(b) for b in batches}) == 1, "even_batches: equal batch counts"
             # The next epoch is the new size's ordinary next epoch.
             following = [take(loader) for loader in loaders]
@@ -283,6 +296,39 @@ def test_elastic_resume_refuses_split_batches_the_new_size_cannot_divide() -> No
     state = stopped(case, 2, 0, 0, 2).state_dict()
     with pytest.raises(ValueError, match=r"batch size \(4\).*number of processes \(3\)"):
         resumed(case, 3, 0, state)
+
+
+def _one_sample_loaders(num_processes: int, seed: int = 0) -> list[Any]:
+    """Each rank's loader over a user loader of its own (each process has its own generator)."""
+    torch.manual_seed(seed)
+    return [
+        prepare_data_loader(
+            DataLoader(IdMap(23), batch_size=None, shuffle=True, generator=torch.Generator().manual_seed(5)),
+            num_processes=num_processes,
+            process_index=rank,
+        )
+        for rank in range(num_processes)
+    ]
+
+
+def test_a_loader_of_single_samples_shards_and_resumes_by_sample() -> None:
+    full = [list(loader) for loader in _one_sample_loaders(2)]
+    assert all(isinstance(sample, int) for samples in full for sample in samples), "uncollated samples"
+    assert len(full[0]) == len(full[1]) == 12, "23 samples on 2 processes: the last step padded"
+    assert set(full[0]) | set(full[1]) == set(range(23)) and not set(full[0][:11]) & set(full[1][:11])
+    stopped = _one_sample_loaders(2)
+    for loader in stopped:
+        iterator = iter(loader)
+        for _ in range(5):
+            next(iterator)
+    state = through_json(stopped[0].state_dict())
+    for rank, loader in enumerate(_one_sample_loaders(2, seed=7)):
+        loader.load_state_dict(state)
+        assert list(loader) == full[rank][5:]
+    single = _one_sample_loaders(1, seed=7)[0]
+    single.load_state_dict(state)
+    seen = {sample for samples in full for sample in samples[:5]}
+    assert sorted(single) == sorted(set(range(23)) - seen)
 
 
 # -- bad state ----------------------------------------------------------------------------------------

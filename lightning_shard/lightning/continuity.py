@@ -1,0 +1,62 @@
+"""Continuous randomness when Lightning rebuilds the training loaders (a reload, or a second ``fit``).
+
+A prepared loader draws its sampler's seed from the global RNG when it is built, so each rebuilt loader
+would start a new random stream: a fit resumed mid-epoch draws one seed fewer than the uninterrupted fit
+and replays an epoch's order, and a second ``fit`` on the same trainer replays the first fit's epochs.
+Instead, the loader built at position ``p`` of a round of training loaders takes over the generator of
+the loader at ``p`` in the round before, exactly as a loader that was never rebuilt goes on drawing
+from its own generator (docs/DESIGN.md, "Epoch purity").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import torch
+
+from lightning_shard.lightning.stages import ShardLoader, is_shard_loader
+
+
+class TrainingLoaderRounds:
+    """The training loaders of the current round (being built) and of the round before, in build order."""
+
+    def __init__(self) -> None:
+        self.current: list[Any] = []
+        self.previous: list[Any] = []
+
+    def predecessor(self) -> ShardLoader | None:
+        """The loader of the round before at the position the next one will take, if any."""
+        position = len(self.current)
+        earlier = self.previous[position] if position < len(self.previous) else None
+        return earlier if is_shard_loader(earlier) else None
+
+    @contextmanager
+    def building(self) -> Iterator[None]:
+        """Build the next loader without drawing from the global RNG when it will take over a generator."""
+        with torch.random.fork_rng(devices=[]) if self.predecessor() is not None else nullcontext():
+            yield
+
+    def add(self, loader: Any) -> None:
+        """Record ``loader`` (built at the next position); it continues its predecessor's random stream."""
+        earlier = self.predecessor()
+        if is_shard_loader(loader) and earlier is not None:
+            _continue_stream(earlier, loader)
+        self.current.append(loader)
+
+    def close(self) -> None:
+        """The round is complete (a fit or an epoch starts): the next built loaders follow on from it."""
+        if self.current:
+            self.previous, self.current = self.current, []
+
+
+def _continue_stream(earlier: ShardLoader, loader: ShardLoader) -> None:
+    source, target = _generator(earlier), _generator(loader)
+    if source is not None and target is not None and source is not target:
+        target.set_state(source.get_state())
+
+
+def _generator(loader: ShardLoader) -> torch.Generator | None:
+    find: Callable[[], torch.Generator | None] = loader._sampler_generator
+    return find()
