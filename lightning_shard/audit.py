@@ -10,6 +10,7 @@ Padding (``even_batches``) and the samples ``drop_last`` drops are allowed, in t
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -229,6 +230,43 @@ class ShardAudit:
         merged.records = int(records.item())
         return merged
 
+    def to_state(self) -> dict[str, Any]:
+        """The records as plain data (the bitmaps base64-encoded): ``len(dataset) / 4`` bytes and a count."""
+        return {
+            "dataset_length": self.dataset_length,
+            "records": self.records,
+            "seen": _encode(self.seen),
+            "repeated": _encode(self.repeated),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> ShardAudit:
+        """The records written by ``to_state`` (no allowances: merge them into the audit that has them).
+
+        Raises:
+            ValueError: if ``state`` is not such a record.
+        """
+        try:
+            audit = cls(state["dataset_length"])
+            seen, repeated = _decode(state["seen"]), _decode(state["repeated"])
+            records = state["records"]
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(
+                f"`state` is not an audit record written by `ShardAudit.to_state()` ({error!r}). Pass that dict "
+                "unchanged."
+            ) from error
+        if seen.numel() != audit.seen.numel() or repeated.numel() != audit.seen.numel():
+            raise ValueError(
+                f"`state` holds bitmaps of {seen.numel()} bytes for `dataset_length={audit.dataset_length}`, which "
+                f"needs {audit.seen.numel()}. Pass the dict `ShardAudit.to_state()` wrote, unchanged."
+            )
+        audit.seen, audit.repeated, audit.records = (
+            seen,
+            repeated,
+            _check_count("records", records, "a count"),
+        )
+        return audit
+
     def report(self) -> AuditReport:
         """What the records show: coverage, duplicates and missing samples, with examples."""
         covered = self.covered
@@ -282,6 +320,14 @@ def _check_count(name: str, value: Any, fix: str) -> int:
     if value < 0:
         raise ValueError(f"`{name}` must be a non-negative integer, got {value}. Pass {fix}.")
     return value
+
+
+def _encode(bitmap: torch.Tensor) -> str:
+    return base64.b64encode(bitmap.numpy().tobytes()).decode("ascii")
+
+
+def _decode(encoded: str) -> torch.Tensor:
+    return torch.frombuffer(bytearray(base64.b64decode(encoded)), dtype=torch.uint8).clone()
 
 
 def _listed(indices: tuple[int, ...]) -> str:

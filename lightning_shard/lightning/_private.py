@@ -60,3 +60,15 @@ def record_batch_indices(batch_sampler: Any) -> Any:
     """``batch_sampler`` wrapped so that Lightning's prediction loop finds the indices it yields."""
     # NOTE: `PredictionLoop._get_batch_indices` looks for exactly this class on `dataloader.batch_sampler`.
     return _IndexBatchSamplerWrapper(batch_sampler)
+
+
+def checkpoint_loader_states(trainer: pl.Trainer) -> list[Any]:
+    """The training loader states Lightning is about to load from a checkpoint (empty when not restoring)."""
+    # NOTE: `_FitLoop.setup_data` measures the training loaders (their `CombinedLoader.limits`) before it
+    # loads their states, so a loader would be measured as a whole epoch on this number of processes; a
+    # state from fewer processes resumes with more steps than that (steps taken plus steps left). The
+    # states wait in this attribute between `on_load_checkpoint` and that load; no public hook runs between.
+    loop = trainer.fit_loop
+    if not loop.restarting:
+        return []
+    return list(getattr(loop, "_combined_loader_states_to_load", None) or [])

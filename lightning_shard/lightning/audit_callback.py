@@ -64,9 +64,12 @@ class EpochAudit:
     epoch: int
     report: AuditReport
     resumed_after: int
-    """Samples consumed before this run resumed the epoch; they count as allowed missing."""
+    """Samples consumed before this run resumed the epoch; without ``recorded_before`` they count as
+    allowed missing."""
     complete: bool
     """Whether the epoch ran to its end; if not, missing samples are not checked."""
+    recorded_before: int = 0
+    """Consumptions recorded before the resume, carried by the checkpoint: the audit covers the whole epoch."""
 
     @property
     def ok(self) -> bool:
@@ -82,6 +85,8 @@ class EpochAudit:
             f"{report.duplicates} duplicates ({report.allowed_padding} allowed as padding), "
             f"{report.missing} missing ({self._missing_allowed()})"
         )
+        if self.recorded_before:
+            counts += f", {self.recorded_before} of the records from before the resume"
         problems = self._problems()
         return f"{counts}: {'PROBLEM: ' + '; '.join(problems) if problems else 'OK'}"
 
@@ -89,9 +94,8 @@ class EpochAudit:
         if not self.complete:
             return "not checked: the epoch stopped before its end"
         allowed = f"{self.report.allowed_missing} allowed"
-        return (
-            f"{allowed}, {self.resumed_after} consumed before the resume" if self.resumed_after else allowed
-        )
+        unrecorded = self.resumed_after and not self.recorded_before
+        return f"{allowed}, {self.resumed_after} consumed before the resume" if unrecorded else allowed
 
     def _problems(self) -> list[str]:
         report, problems = self.report, []
@@ -141,6 +145,8 @@ class ShardAuditCallback(Callback):
         self._loader: ShardLoader | None = None
         self._audit: ShardAudit | None = None
         self._resumed_after = 0
+        self._before: ShardAudit | None = None
+        self._restored: tuple[int, ShardAudit] | None = None
         self._buffer: list[Any] = []
         self._explained: set[str] = set()
 
@@ -150,8 +156,8 @@ class ShardAuditCallback(Callback):
         if cursor is None:
             self._explain("its dataset is iterable, so its samples have no indices to record")
             return
-        state = _state(loader, 0)
-        if state.dataset_length is None or state.batch_size is None:
+        sharding = loader.sharding
+        if sharding.dataset_length is None or sharding.batch_size is None:
             self._explain("its dataset has no length, or its batches no fixed size")
             return
         cursor.observer = IndexTap(_cursor_batches_per_step(loader))
@@ -170,9 +176,9 @@ class ShardAuditCallback(Callback):
             return
         self._epoch = trainer.current_epoch
         self._loader = self._training_loader(trainer)
-        self._audit, self._buffer = None, []
+        self._audit, self._buffer, self._before = None, [], self._restored_record(trainer.current_epoch)
         if self._loader is not None:
-            self._audit, self._resumed_after = _epoch_audit(self._loader, batch_idx)
+            self._audit, self._resumed_after = _epoch_audit(self._loader, batch_idx, self._before is not None)
 
     @override
     def on_train_batch_end(
@@ -199,15 +205,45 @@ class ShardAuditCallback(Callback):
         self._audit, self._loader, self._epoch = None, None, None
         if audit is None or loader is None:
             return
-        report = audit.gather().report()
+        report = self._merged(audit).report()
         # NOTE: agreed by all, so that every process raises, or none: one raising alone would leave the
         # others waiting in their next collective.
         complete = all(all_gather_objects(loader.end_of_dataloader))
-        result = EpochAudit(trainer.current_epoch, report, self._resumed_after, complete)
+        before = 0 if self._before is None else self._before.records
+        result = EpochAudit(trainer.current_epoch, report, self._resumed_after, complete, before)
         self.audits.append(result)
         rank_zero_info(result.summary())
         if self.raise_on_problem:
             result.raise_on_problem()
+
+    def _merged(self, audit: ShardAudit) -> ShardAudit:
+        """Every process's records of the epoch (a collective), with those from before a resume."""
+        merged = audit.gather()
+        return merged if self._before is None else merged.merge(self._before)
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch's records so far, merged over the processes, so a resumed epoch's audit covers it all.
+
+        NOTE: a collective; Lightning builds a checkpoint on every process (``trainer.save_checkpoint``
+        must be called on all of them). The result is the same everywhere: ``len(dataset) / 4`` bytes.
+        """
+        if self._audit is None or self._epoch is None:
+            return {}
+        self._record()
+        return {"epoch": self._epoch, "record": self._merged(self._audit).to_state()}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._restored = None
+        if state_dict:
+            self._restored = (int(state_dict["epoch"]), ShardAudit.from_state(state_dict["record"]))
+
+    def _restored_record(self, epoch: int) -> ShardAudit | None:
+        """The records a checkpoint carried for ``epoch`` (taken once)."""
+        restored, self._restored = self._restored, None
+        return restored[1] if restored is not None and restored[0] == epoch else None
 
     def _training_loader(self, trainer: pl.Trainer) -> ShardLoader | None:
         """The one sharded and watched training loader, or ``None`` (after saying why, once)."""
@@ -239,13 +275,14 @@ def _state(loader: ShardLoader, steps: int) -> LoaderState:
     return LoaderState.from_dict(loader.state_dict(steps=steps))  # type: ignore[call-arg]
 
 
-def _epoch_audit(loader: ShardLoader, steps_before: int) -> tuple[ShardAudit, int]:
+def _epoch_audit(loader: ShardLoader, steps_before: int, recorded: bool = False) -> tuple[ShardAudit, int]:
     """An empty audit of the epoch in progress, and the samples consumed before this run resumed it.
 
     ``steps_before`` is Lightning's step count in the epoch when this run takes its first step there (0
     unless the fit resumed mid-epoch); the loader's state says how many samples those steps consumed,
     also after a resume on another number of processes. The rest of the epoch is sharded like a
-    dataset of the remaining samples, which sets the padding allowed.
+    dataset of the remaining samples, which sets the padding allowed. The samples consumed before the
+    resume are allowed to be missing, unless their record came with the checkpoint (``recorded``).
     """
     state = _state(loader, steps_before)
     length, batch_size = state.dataset_length or 0, state.batch_size or 0
@@ -259,4 +296,5 @@ def _epoch_audit(loader: ShardLoader, steps_before: int) -> tuple[ShardAudit, in
         drop_last=state.drop_last,
         dispatch=state.mode == "dispatch",
     )
-    return ShardAudit(length, allowed_padding=padding, allowed_missing=before + missing), before
+    allowed_missing = missing if recorded else before + missing
+    return ShardAudit(length, allowed_padding=padding, allowed_missing=allowed_missing), before

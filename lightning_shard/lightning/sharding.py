@@ -16,6 +16,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
+from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch.nn import Module
@@ -27,11 +28,12 @@ from lightning_shard.comm.gather import gather_in_process_order, keep_rows
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import (
     StrategyRegistryType,
+    checkpoint_loader_states,
     disable_sampler_injection,
     sampler_injection_enabled,
 )
 from lightning_shard.lightning.audit_callback import EpochAudit, ShardAuditCallback
-from lightning_shard.lightning.checkpoints import LightningResumeHook
+from lightning_shard.lightning.checkpoints import EvaluationResumeHook, LightningResumeHook
 from lightning_shard.lightning.continuity import TrainingLoaderRounds
 from lightning_shard.lightning.epoch_callback import ShardEpochCallback
 from lightning_shard.lightning.plan import ShardPlan, plan_for
@@ -51,6 +53,7 @@ from lightning_shard.lightning.stages import (
     stage_defaults,
     stage_key,
 )
+from lightning_shard.loaders.state import STATE_FORMAT
 from lightning_shard.optim import ShardOptimizer
 from lightning_shard.options import ShardOptions, StrategyOptions
 
@@ -169,9 +172,17 @@ class ShardingMixin:
             self._connected_trainer = trainer
         disable_sampler_injection(trainer)
         callbacks: list[Any] = getattr(trainer, "callbacks")  # noqa: B009 - set by a connector, unseen by mypy
-        for callback in (self._epoch_callback, self._audit_callback, self._predict_callback):
-            if callback is not None and callback not in callbacks:
-                callbacks.append(callback)
+        # NOTE: before the checkpoint callbacks, as Lightning orders them: a checkpoint written at a step's
+        # end must see what this step recorded (the audit), as one written at an epoch's start the epoch.
+        first_checkpoint = next(
+            (i for i, c in enumerate(callbacks) if isinstance(c, Checkpoint)), len(callbacks)
+        )
+        ours = [
+            c for c in (self._epoch_callback, self._audit_callback, self._predict_callback) if c is not None
+        ]
+        for callback in reversed(ours):
+            if callback not in callbacks:
+                callbacks.insert(first_checkpoint, callback)
 
     @property
     def loaders_left_alone(self) -> bool:
@@ -183,20 +194,22 @@ class ShardingMixin:
             return dataloader
         trainer = self._trainer
         stage = stage_key(trainer.state.stage)
+        options = self.options_for(stage)
         if stage != "train":
-            return prepare_for_stage(
-                dataloader, self.options_for(stage), self.topology, stage, self.root_device
-            )
+            prepared = prepare_for_stage(dataloader, options, self.topology, stage, self.root_device)
+            if is_shard_loader(prepared):
+                prepared.resume_hook = EvaluationResumeHook()
+            return prepared
+        position = len(self._rounds.current)
         with self._rounds.building():
-            loader = prepare_for_stage(
-                dataloader, self.options_for(stage), self.topology, stage, self.root_device
-            )
+            loader = prepare_for_stage(dataloader, options, self.topology, stage, self.root_device)
         self._rounds.add(loader)
         if is_shard_loader(loader):
             loader.set_epoch(trainer.current_epoch)
             loader.resume_hook = LightningResumeHook(
-                trainer, lambda: self._epoch_callback.reload_next_epoch(trainer)
+                trainer, loader, lambda: self._epoch_callback.reload_next_epoch(trainer)
             )
+            _load_early(loader, checkpoint_loader_states(trainer), position)
             if self._audit_callback is not None:
                 self._audit_callback.watch(loader)
         return loader
@@ -341,6 +354,16 @@ class ShardingMixin:
                     description=f"lightning_shard's {cls.__name__} {init_args or ''}".strip(),
                     **init_args,
                 )
+
+
+def _load_early(loader: ShardLoader, states: list[Any], position: int) -> None:
+    """Load a checkpoint's state into the loader it is meant for before Lightning measures it.
+
+    Lightning loads it again after measuring; loading the same state twice is harmless.
+    """
+    state = states[position] if position < len(states) else None
+    if isinstance(state, dict) and state.get("format") == STATE_FORMAT:
+        loader.load_state_dict(state)
 
 
 def _stage_loaders(trainer: pl.Trainer) -> Any:

@@ -68,6 +68,8 @@ class Consumed:
     """Steps consumed in the epoch (the loader may have yielded more: a read-ahead)."""
     epoch_finished: bool = False
     """Whether the consumer is done with the epoch; the state then starts the next epoch."""
+    next_epoch: int | None = None
+    """With ``epoch_finished``: the epoch that follows (default: the loader's epoch plus one)."""
 
 
 @runtime_checkable
@@ -192,6 +194,11 @@ class ResumableLoaderMixin:
     @_steps.setter
     def _steps(self, value: int) -> None:
         self._progress.steps = value
+
+    @property
+    def steps_taken(self) -> int:
+        """Batches yielded in the epoch in progress, counting those skipped or taken before a restore."""
+        return self._progress.steps if self._in_epoch else 0
 
     def __len__(self) -> int:
         """Steps of the epoch in progress (or the next), counting those taken before a resume."""
@@ -324,7 +331,7 @@ class ResumableLoaderMixin:
         hook = self.resume_hook
         consumed = hook.consumed() if steps is None and hook is not None else None
         if consumed is not None and consumed.epoch_finished:
-            return self._next_epoch_state()
+            return self._next_epoch_state(consumed.next_epoch)
         if consumed is not None:
             steps = consumed.steps
         return self._state_at(self._position(), steps).to_dict()
@@ -357,12 +364,15 @@ class ResumableLoaderMixin:
             sampler=info.sampler,
         )
 
-    def _next_epoch_state(self) -> dict[str, Any]:
-        """The state at the start of the epoch after the current one, from the generator as it is now."""
+    def _next_epoch_state(self, epoch: int | None = None) -> dict[str, Any]:
+        """The state at the start of the epoch after the current one (or ``epoch``), from the generator as
+        it is now."""
         # NOTE: an uninterrupted run starts the next epoch from the generator as the last one left it. A
         # loader whose iterator ran to its end has already moved on to the next epoch.
+        if epoch is None:
+            epoch = self._epoch + 1 if self._in_epoch else self._epoch
         following = Position(
-            self._epoch + 1 if self._in_epoch else self._epoch,
+            epoch,
             generator_state=encode_generator_state(self._sampler_generator()),
             sampler_seed=self._sampler_seed(),
         )
@@ -400,11 +410,12 @@ def _check_compatible(saved: LoaderState, info: ShardingInfo) -> None:
         ("batch_size", info.batch_size),
         ("split_batches", info.split_batches),
         ("drop_last", info.drop_last),
+        ("sampler", info.sampler),
     ):
         there = getattr(saved, name)
-        if there != here:
+        if there != here and not (name == "sampler" and there is None):
             raise ValueError(
                 f"`state_dict` was saved with `{name}={there!r}`, but this loader has `{name}={here!r}`. "
-                f"Load it into a loader built the same way (same dataset, batch size and flags), "
+                f"Load it into a loader built the same way (same dataset, batch size, sampler and flags), "
                 "or start the epoch afresh."
             )

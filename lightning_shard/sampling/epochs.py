@@ -8,10 +8,11 @@ _CHILD_ATTRIBUTES = ("batch_sampler", "sampler")
 
 
 def forward_epoch(child: Any, epoch: int) -> None:
-    """Set ``epoch`` on ``child`` and, through objects without ``set_epoch``, on what they wrap.
+    """Set ``epoch`` on ``child`` and on everything it wraps (``batch_sampler``, ``sampler``), each once.
 
-    A wrapper that defines ``set_epoch`` forwards it itself, so the walk stops there; a plain
-    ``torch.utils.data.BatchSampler`` has no ``set_epoch``, so the walk continues to its ``sampler``.
+    NOTE: the walk goes on below an object that has its own ``set_epoch``: a user's batch sampler may
+    define one that does not forward it, and its sampler would then replay the first epoch's order.
+    Setting an epoch only assigns it, so reaching an object twice (our wrappers forward too) is harmless.
     """
     seen: set[int] = set()
     stack = [child]
@@ -22,5 +23,4 @@ def forward_epoch(child: Any, epoch: int) -> None:
         seen.add(id(node))
         if callable(getattr(node, "set_epoch", None)):
             node.set_epoch(epoch)
-            continue
         stack.extend(getattr(node, name, None) for name in _CHILD_ATTRIBUTES)

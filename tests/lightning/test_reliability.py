@@ -200,7 +200,7 @@ def test_a_stopped_peer_ends_the_other_after_the_timeout(tmp_path: Path) -> None
 
 def test_the_killed_fit_checkpointed_every_2_steps(killed: tuple[Path, Launch]) -> None:
     out, _ = killed
-    assert sorted(path.name for path in (out / "checkpoints").glob("*.ckpt")) == [
+    assert sorted(path.name for path in (out / "kill" / "checkpoints").glob("*.ckpt")) == [
         "step=2.ckpt",
         "step=4.ckpt",
     ]
@@ -210,8 +210,11 @@ def test_the_killed_fit_checkpointed_every_2_steps(killed: tuple[Path, Launch]) 
 @pytest.fixture(scope="module")
 def restarted(killed: tuple[Path, Launch]) -> Path:
     out, _ = killed
-    succeeded("restart", out, "2")
-    succeeded("restart", out, "1")
+    for devices in ("2", "1", "3"):
+        succeeded("restart", out, devices)
+    single = launch("kill", out, "0", "1")  # the only process killed after step 5
+    assert single.returncode == -signal.SIGKILL, single.output[-3000:]
+    succeeded("restart", out, "2", "1")
     return out
 
 
@@ -257,11 +260,37 @@ def test_restart_on_1_process_loses_and_repeats_nothing(restarted: Path) -> None
     print(f"restart on 1: {len(before)} ids before the checkpoint + {len(after)} after, 0 lost, 0 repeated")
 
 
-@pytest.mark.parametrize(("devices", "covered", "padding"), [(2, 24, 6), (1, 18, 0)])
-def test_restarted_epochs_pass_the_audit(restarted: Path, devices: int, covered: int, padding: int) -> None:
-    (epoch0, epoch1) = _json(restarted / f"restart{devices}" / "audits_rank0.json")
+def test_restart_on_3_processes_loses_and_repeats_nothing(restarted: Path) -> None:
+    before, after = _checkpointed_ids(restarted), _resumed_ids(restarted / "restart3", 3)
+    counts = Counter(before + after)
+    assert sorted(counts) == list(range(LENGTH)), "nothing lost"
+    # 18 samples left on 3 processes of 4: 2 steps of 12, the last padded with 6.
+    assert len(after) == 24 and sum(counts.values()) - LENGTH == 6
+    print(f"restart on 3: {len(before)} ids before the checkpoint + {len(after)} after, 0 lost, 6 padded")
+
+
+def test_a_fit_killed_on_1_process_restarts_on_2(restarted: Path) -> None:
+    before = [i for step in _steps(restarted / "kill1", 0) if step["step"] <= 4 for i in step["ids"]]
+    after = _resumed_ids(restarted / "restart1to2", 2)
+    counts = Counter(before + after)
+    assert len(before) == 16 and sorted(counts) == list(range(LENGTH)), "nothing lost"
+    assert len(after) == 40 and sum(counts.values()) - LENGTH == 6, "34 left: 5 steps of 8, 6 padded"
+    assert [step["batch_idx"] for step in _steps(restarted / "restart1to2", 1)][:5] == [4, 5, 6, 7, 8]
+    print(f"restart 1 -> 2: {len(before)} ids before the checkpoint + {len(after)} after, 0 lost, 6 padded")
+
+
+@pytest.mark.parametrize(
+    ("run", "padding", "recorded", "next_padding"),
+    [("restart2", 6, 32, 6), ("restart1", 0, 32, 0), ("restart3", 6, 32, 10), ("restart1to2", 6, 16, 6)],
+)
+def test_restarted_epochs_are_audited_whole(
+    restarted: Path, run: str, padding: int, recorded: int, next_padding: int
+) -> None:
+    """The checkpoint carries the epoch's record: the audit of the resumed epoch covers all of it."""
+    (epoch0, epoch1) = _json(restarted / run / "audits_rank0.json")
     assert epoch0[:3] == [0, True, True] and epoch1[:3] == [1, True, True]
-    assert (
-        f"{covered} covered" in epoch0[3] and "(32 allowed, 32 consumed before the resume): OK" in epoch0[3]
+    assert epoch0[3] == (
+        f"shard audit, epoch 0: 50 samples, 50 covered, {padding} duplicates ({padding} allowed as padding), "
+        f"0 missing (0 allowed), {recorded} of the records from before the resume: OK"
     )
-    assert f"50 covered, {padding} duplicates ({padding} allowed as padding), 0 missing" in epoch1[3]
+    assert f"50 covered, {next_padding} duplicates ({next_padding} allowed as padding)" in epoch1[3]

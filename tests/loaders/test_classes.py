@@ -16,6 +16,7 @@ from lightning_shard import (
     BatchSamplerShard,
     DataLoaderDispatcher,
     DataLoaderShard,
+    SeedableRandomSampler,
     SeekableBatchSampler,
     StatefulDataLoaderDispatcher,
     StatefulDataLoaderShard,
@@ -165,3 +166,34 @@ def test_a_seekable_batch_sampler_is_started_by_arithmetic() -> None:
     resumed.load_state_dict(state)
     assert [batch.tolist() for batch in resumed] == [[12, 13, 14, 15], [16, 17, 18, 19]]
     assert seekable.walked == 0
+
+
+class NotForwarding:
+    """A user's batch sampler whose ``set_epoch`` keeps the epoch to itself."""
+
+    def __init__(self, sampler: Any, batch_size: int = 3) -> None:
+        self.sampler, self.batch_size, self.epoch = sampler, batch_size, -1
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        indices = list(self.sampler)
+        return iter([indices[i : i + self.batch_size] for i in range(0, len(indices), self.batch_size)])
+
+    def __len__(self) -> int:
+        return -(-len(self.sampler) // self.batch_size)
+
+
+def test_set_epoch_reaches_the_sampler_below_a_batch_sampler_that_does_not_forward_it() -> None:
+    def epoch_of(epoch: int, skip: int = 0) -> list[list[int]]:
+        batches = NotForwarding(SeedableRandomSampler(range(12), data_seed=1))
+        loader = prepare_data_loader(
+            DataLoader(IdMap(12), batch_sampler=batches), num_processes=2, process_index=0
+        )
+        loader.set_epoch(epoch)
+        return _take(skip_first_batches(loader, skip) if skip else loader)
+
+    epochs = [epoch_of(epoch) for epoch in range(3)]
+    assert epochs[0] != epochs[1] != epochs[2] != epochs[0], "every epoch has an order of its own"
+    assert epoch_of(2, skip=1) == epochs[2][1:], "a skip_first_batches copy keeps the sampler's epoch"

@@ -349,6 +349,11 @@ def _state(**changes: Any) -> dict[str, Any]:
             "split_batches=False",
         ),
         (LoaderCase(length=20, batch_size=4, options=DISPATCH), _state(), "mode='shard'"),
+        (
+            LoaderCase(length=20, batch_size=4, shuffle="generator"),
+            _state(),
+            r"`sampler='SequentialSampler'`.*`sampler='RandomSampler'`",
+        ),
         (LoaderCase(length=20, batch_size=4), _state(version=STATE_VERSION + 1), "version 3"),
         (
             LoaderCase(length=20, batch_size=4),

@@ -3,8 +3,10 @@
     python -m tests.scripts.reliability SCENARIO OUT_DIR [ARG]   (from the repository root)
 
 ``audit``: the shard audit of a correct fit and of two misused samplers, and the refusal of uneven
-training. ``kill VICTIM``: rank ``VICTIM`` is SIGKILLed after step 5 of a fit that checkpoints every 2
-steps. ``restart DEVICES``: the killed fit restarted from its last checkpoint on ``DEVICES`` processes.
+training. ``kill VICTIM [DEVICES]``: rank ``VICTIM`` of a fit on ``DEVICES`` (2) processes that checkpoints
+every 2 steps is SIGKILLed after step 5. ``restart DEVICES [KILLED]``: the fit killed on ``KILLED`` (2)
+processes restarted from its last checkpoint on ``DEVICES`` processes; the checkpoint carries the epoch's
+audit record, so the restarted epoch is audited whole.
 ``freeze``: rank 1 stops (SIGSTOP) after step 5; rank 0 runs with a collective ``timeout``.
 
 Every process writes, flushed at each step, the sample ids of each training step it finished
@@ -169,28 +171,34 @@ def _uneven(out: Path) -> None:
 
 
 # -- kill and restart ------------------------------------------------------------------------------------
-def _checkpoints(out: Path) -> ModelCheckpoint:
-    return ModelCheckpoint(out / "checkpoints", every_n_train_steps=2, save_top_k=-1, filename="{step}")
+def killed_dir(out: Path, devices: int) -> Path:
+    """Where the fit killed on ``devices`` processes writes (``kill`` for 2, ``kill1`` for 1)."""
+    return out / ("kill" if devices == 2 else f"kill{devices}")
 
 
-def kill(out: Path, victim: str) -> None:
+def kill(out: Path, victim: str, devices: str = "2") -> None:
     """A shuffled, checkpointed fit in which rank ``victim`` is SIGKILLed after step 5."""
-    run = out / "kill"
-    callbacks = [StepLog(run), Stop(run, int(victim), signal.SIGKILL), _checkpoints(out)]
-    fit = trainer(run, callbacks=callbacks, enable_checkpointing=True)
+    run = killed_dir(out, int(devices))
+    run.mkdir(parents=True, exist_ok=True)
+    checkpoints = ModelCheckpoint(
+        run / "checkpoints", every_n_train_steps=2, save_top_k=-1, filename="{step}"
+    )
+    callbacks = [StepLog(run), Stop(run, int(victim), signal.SIGKILL), checkpoints]
+    fit = trainer(run, devices=int(devices), callbacks=callbacks, enable_checkpointing=True)
     fit_or_record_failure(run, fit, Recorder(str(run)), loader(LENGTH, BATCH, shuffle=True))
 
 
-def last_checkpoint(out: Path) -> Path:
-    return max((out / "checkpoints").glob("*.ckpt"), key=lambda path: int(path.stem.split("=")[1]))
+def last_checkpoint(run: Path) -> Path:
+    return max((run / "checkpoints").glob("*.ckpt"), key=lambda path: int(path.stem.split("=")[1]))
 
 
-def restart(out: Path, devices: str) -> None:
-    """The killed fit, restarted from its last checkpoint on ``devices`` processes, to its end."""
-    run = out / f"restart{devices}"
+def restart(out: Path, devices: str, killed: str = "2") -> None:
+    """The fit killed on ``killed`` processes, restarted from its last checkpoint on ``devices``, to its end."""
+    run = out / (f"restart{devices}" if killed == "2" else f"restart{killed}to{devices}")
+    run.mkdir(parents=True, exist_ok=True)
     fit = trainer(run, devices=int(devices), callbacks=[StepLog(run)])
     data = loader(LENGTH, BATCH, shuffle=True)
-    fit.fit(Recorder(str(run)), data, ckpt_path=str(last_checkpoint(out)))
+    fit.fit(Recorder(str(run)), data, ckpt_path=str(last_checkpoint(killed_dir(out, int(killed)))))
     _audits(run, fit)
 
 

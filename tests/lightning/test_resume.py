@@ -1,0 +1,113 @@
+"""Resume in every direction (docs/DESIGN.md, "Elastic resume"): mid-epoch checkpoints resumed on more and
+on fewer processes, with another worker count, with several training loaders, and written while
+validation runs inside an epoch. The fits are ``tests/scripts/resume.py``; each test reads what every
+process trained on."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.runner import run_command, script
+
+pytestmark = pytest.mark.lightning
+
+LENGTH, BATCH, STOP_AT = 50, 4, 3
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("resume")
+    for phase in ("one", "two", "three", "back"):
+        run_command(script("resume", phase, str(out)), timeout=400)
+    return out
+
+
+def _records(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(path.read_text()) for path in sorted(run.glob("fit_rank*.json"))]
+
+
+def _steps(run: Path) -> list[list[list[Any]]]:
+    """Per process: ``[epoch, batch_idx, ids]`` of each training step."""
+    return [record["train"] for record in _records(run)]
+
+
+def _ids(steps: list[list[list[Any]]], epoch: int) -> list[int]:
+    return [i for rank in steps for e, _, ids in rank if e == epoch for i in ids]
+
+
+@pytest.mark.parametrize(
+    ("mode", "saved", "devices", "global_batch"),
+    [
+        ("shard", 1, 2, 8),
+        ("shard", 2, 3, 12),
+        ("shard", 3, 2, 8),
+        ("split", 2, 3, 12),
+        ("dispatch", 2, 3, 12),
+    ],
+)
+def test_a_mid_epoch_checkpoint_continues_on_another_number_of_processes(
+    runs: Path, mode: str, saved: int, devices: int, global_batch: int
+) -> None:
+    name = "back" if saved == 3 else mode
+    stopped, resumed = _steps(runs / name / f"stop{saved}"), _steps(runs / name / f"resume{saved}to{devices}")
+    assert len(resumed) == devices
+    before, after = _ids(stopped, 0), _ids(resumed, 0)
+    counts = Counter(before + after)
+    assert sorted(counts) == list(range(LENGTH)), "every sample of the epoch, none lost"
+    rest = LENGTH - len(before)
+    steps = -(-rest // global_batch)
+    # The end-of-epoch padding of the new count is the only repeat (dispatch pads to a multiple of N rows).
+    padding = -rest % devices if mode == "dispatch" else steps * global_batch - rest
+    assert sum(counts.values()) - LENGTH == padding
+    for rank in resumed:
+        batch_indices = [batch_idx for epoch, batch_idx, _ in rank if epoch == 0]
+        assert batch_indices == list(range(STOP_AT, STOP_AT + steps)), "Lightning's batch counter continues"
+    assert set(_ids(resumed, 1)) == set(range(LENGTH)), "the next epoch runs whole on the new count"
+    assert len({len([step for step in rank if step[0] == 1]) for rank in resumed}) == 1
+    scale = {"saved": 1 if mode == "split" else saved, "now": 1 if mode == "split" else devices}
+    per_epoch = -(-LENGTH // global_batch)
+    end = json.loads((runs / name / f"resume{saved}to{devices}" / "end.json").read_text())["schedule"]
+    assert end == STOP_AT * scale["saved"] + (steps + per_epoch) * scale["now"], (
+        "the scheduler scales by each count"
+    )
+
+
+def test_a_split_batch_the_new_count_cannot_divide_is_refused_at_setup(runs: Path) -> None:
+    message = (runs / "split8" / "refused" / "error.txt").read_text()
+    assert (
+        "`split_batches=True` needs the batch size (8) to be a multiple of the number of processes (3)"
+        in message
+    )
+    assert "Use a batch size of 6 or 9, or set `split_batches=False`" in message
+
+
+def test_another_worker_count_resumes_exactly(runs: Path) -> None:
+    full, stopped, resumed = (_steps(runs / "workers" / run) for run in ("full", "stop2", "resume2to2"))
+    for rank in (0, 1):
+        assert stopped[rank] + resumed[rank] == full[rank], "saved with 0 workers, resumed with 2"
+
+
+@pytest.mark.parametrize("mode", ["max_size_cycle", "min_size"])
+def test_several_training_loaders_resume_what_training_consumed(runs: Path, mode: str) -> None:
+    name = f"several_{mode}"
+    full, stopped, resumed = (_steps(runs / name / run) for run in ("full", "stop", "resume"))
+    for rank in (0, 1):
+        assert len(stopped[rank]) == STOP_AT + 1
+        assert stopped[rank] + resumed[rank] == full[rank], "each loader continues after what was consumed"
+
+
+@pytest.mark.parametrize("kind", ["monitored", "every"])
+def test_a_checkpoint_written_around_validation_resumes_exactly(runs: Path, kind: str) -> None:
+    full = _records(runs / "validation" / "full")
+    resumed = _records(runs / "validation" / f"resume_{kind}")
+    for rank in (0, 1):
+        assert full[rank]["train"][4:] == resumed[rank]["train"], "training continues after step 4"
+        # 22 validation samples on 2 processes: 3 balanced steps per validation run.
+        first = resumed[rank]["val"][:3]
+        assert sorted(i for ids in first for i in ids) == list(range(22)), "the first validation is whole"
+        assert resumed[rank]["val"] == full[rank]["val"][-len(resumed[rank]["val"]) :]
