@@ -7,6 +7,7 @@ paths need no special case.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -55,24 +56,34 @@ def communication_device() -> torch.device:
     return torch.device("cpu")
 
 
-def gather_in_process_order(data: Any) -> Any:
+def gather_in_process_order(data: Any, sources: Sequence[int] | None = None) -> Any:
     """``data`` of every process, concatenated along the first dimension in process order.
 
     Tensors (also nested in dicts, lists and tuples) may differ in their first dimension across
     processes; anything else is gathered as objects (a list is concatenated, other values listed).
+
+    Args:
+        data: this process's part.
+        sources: the global ranks whose parts are kept, in that order (``None``: every rank). Every
+            rank still takes part: under a mesh the ranks of one data-parallel index hold the same
+            data, and only one of them counts.
     """
     if not is_distributed() or dist.get_world_size() == 1:
         return data
     if is_tensor_tree(data):
-        return map_leaves(_gather_tensor, data)
-    gathered = all_gather_objects(data)
+        return map_leaves(lambda tensor: _gather_tensor(tensor, sources), data)
+    gathered = _kept(all_gather_objects(data), sources)
     if isinstance(data, (list, tuple)):
         return [item for part in gathered for item in part]
     return gathered
 
 
-def _gather_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` of every process, concatenated along dimension 0 (a scalar counts as one row)."""
+def _kept(parts: list[Any], sources: Sequence[int] | None) -> list[Any]:
+    return parts if sources is None else [parts[rank] for rank in sources]
+
+
+def _gather_tensor(tensor: torch.Tensor, sources: Sequence[int] | None = None) -> torch.Tensor:
+    """``tensor`` of every process (of ``sources``), concatenated along dimension 0 (a scalar counts as one row)."""
     tensor = tensor.reshape(1) if tensor.dim() == 0 else tensor
     sizes = _all_gather_equal(torch.tensor([tensor.shape[0]], device=tensor.device))
     longest = int(max(sizes).item())
@@ -81,7 +92,8 @@ def _gather_tensor(tensor: torch.Tensor) -> torch.Tensor:
         filler = tensor.new_zeros((longest - tensor.shape[0], *tensor.shape[1:]))
         padded = torch.cat([tensor, filler])
     parts = _all_gather_equal(padded.contiguous())
-    return torch.cat([part[: int(size.item())] for part, size in zip(parts, sizes, strict=True)])
+    kept = zip(_kept(parts, sources), _kept(sizes, sources), strict=True)
+    return torch.cat([part[: int(size.item())] for part, size in kept])
 
 
 def _all_gather_equal(tensor: torch.Tensor) -> list[torch.Tensor]:
