@@ -6,7 +6,15 @@ imports the adapter too (Lightning is a dependency), which registers the ``"shar
 """
 
 from lightning_shard.audit import AuditReport, ShardAudit
-from lightning_shard.lightning import ShardDataModule, ShardingMixin, ShardPlan, ShardStrategy
+from lightning_shard.lightning import (
+    ShardDataModule,
+    ShardFabricStrategy,
+    ShardFSDPStrategy,
+    ShardingMixin,
+    ShardModelParallelStrategy,
+    ShardPlan,
+    ShardStrategy,
+)
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher, StatefulDataLoaderDispatcher
 from lightning_shard.loaders.resumable import Consumed, ResumeHook
 from lightning_shard.loaders.shard import DataLoaderShard, StatefulDataLoaderShard
@@ -33,6 +41,9 @@ __all__ = [
     "SeekableBatchSampler",
     "ShardAudit",
     "ShardDataModule",
+    "ShardFabricStrategy",
+    "ShardFSDPStrategy",
+    "ShardModelParallelStrategy",
     "ShardOptimizer",
     "ShardOptions",
     "ShardPlan",

@@ -85,6 +85,10 @@ class ShardingMixin:
         """Who shares the data: every process of the job, unless the combined strategy says otherwise."""
         return Topology(self.world_size, self.global_rank)
 
+    def _leads_its_index(self) -> bool:
+        """Whether this process speaks for its data-parallel index (its peers under a mesh hold the same data)."""
+        return self.global_rank in self.topology.leaders
+
     @property
     def shard_plan(self) -> ShardPlan | None:
         """The plan of the running (or last) fit; ``None`` before a fit has started."""
@@ -147,7 +151,7 @@ class ShardingMixin:
                 trainer, lambda: self._epoch_callback.reload_next_epoch(trainer)
             )
             if self._audit_callback is not None:
-                self._audit_callback.watch(loader)
+                self._audit_callback.watch(loader, records=self._leads_its_index())
         return loader
 
     def setup_optimizers(self, trainer: pl.Trainer) -> None:
@@ -203,7 +207,9 @@ class ShardingMixin:
         loader = self.current_loader()
         if loader is not None:
             _check_even(loader, self.topology.num_processes)
-        gathered = gather_in_process_order(data)
+        topology = self.topology
+        sources = None if topology.rank_indices is None else topology.leaders
+        gathered = gather_in_process_order(data, sources)
         if loader is None or not loader.end_of_dataloader or loader.remainder <= 0:
             return gathered
         return keep_first(gathered, loader.remainder)
