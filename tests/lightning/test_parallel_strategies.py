@@ -12,7 +12,7 @@ from lightning.pytorch.strategies import FSDPStrategy, StrategyRegistry
 from torch.distributed.fsdp import ShardingStrategy
 
 from lightning_shard import ShardFSDPStrategy, ShardModelParallelStrategy, ShardOptions
-from tests.helpers.lightning_app import Recorder, loader, trainer
+from tests.helpers.lightning_app import trainer
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -44,9 +44,11 @@ def test_fsdp_keeps_every_fsdp_argument() -> None:
 
 
 def test_fsdp_on_cpu_is_refused_with_the_fix(tmp_path: Path) -> None:
-    fit = trainer(tmp_path, strategy=ShardFSDPStrategy(), devices=1, max_epochs=1)
+    strategy = trainer(tmp_path, strategy=ShardFSDPStrategy(), devices=1).strategy
+    # NOTE: the hook `fit` calls first in each process; calling it here, not `fit`, keeps Lightning's
+    # launcher from writing LOCAL_RANK / MASTER_PORT into this process's environment (and the next tests').
     with pytest.raises(ValueError, match="needs CUDA.*`ShardModelParallelStrategy` with `fully_shard`"):
-        fit.fit(Recorder(str(tmp_path)), loader(8, 2))
+        strategy.setup_environment()
 
 
 def test_model_parallel_topology_needs_the_mesh() -> None:
@@ -84,6 +86,8 @@ def test_cli_config_builds_the_strategy(kind: str, monkeypatch: pytest.MonkeyPat
 
     config = yaml.safe_load((EXAMPLES / "cli_config.yaml").read_text())
     config["trainer"].update(strategy=_CONFIGS[kind], devices=1)
+    # NOTE: no seeding: `seed_everything` would leave PL_GLOBAL_SEED / PL_SEED_WORKERS in the environment.
+    config["seed_everything"] = False
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     cli = LightningCLI(
