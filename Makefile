@@ -1,10 +1,11 @@
-# `make demo` runs the main example, `make test` the whole suite. Both create or reuse `.venv`.
+# `make demo` runs the main example, `make test` the whole suite, `make gpu-check` the CUDA tests (on a GPU
+# machine). All create or reuse `.venv`.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench
+.PHONY: demo test bench gpu-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,3 +28,9 @@ bench: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_index.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_loaders.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_lightning.py
+
+# NOTE: needs a CUDA build of torch (on Linux x86-64, PyPI's torch==2.13.0 is one) and 2 GPUs for every test;
+# with fewer, the tests that need more are skipped and listed as such.
+gpu-check: $(STAMP)
+	$(PY) -c "import sys, torch; n = torch.cuda.device_count(); print(f'torch {torch.__version__}: {n} CUDA device(s)'); sys.exit(0 if n else 'gpu-check needs CUDA devices: this torch build or machine has none')"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m cuda tests/cuda

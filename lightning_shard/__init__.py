@@ -8,7 +8,10 @@ imports the adapter too (Lightning is a dependency), which registers the ``"shar
 from lightning_shard.audit import AuditReport, ShardAudit
 from lightning_shard.lightning import (
     ShardDataModule,
+    ShardFabricStrategy,
+    ShardFSDPStrategy,
     ShardingMixin,
+    ShardModelParallelStrategy,
     ShardPlan,
     ShardPredictionWriter,
     ShardStrategy,
@@ -39,6 +42,9 @@ __all__ = [
     "SeekableBatchSampler",
     "ShardAudit",
     "ShardDataModule",
+    "ShardFabricStrategy",
+    "ShardFSDPStrategy",
+    "ShardModelParallelStrategy",
     "ShardOptimizer",
     "ShardOptions",
     "ShardPlan",

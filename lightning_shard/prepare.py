@@ -9,7 +9,8 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset, RandomSampler
 
 from lightning_shard._checks import check_non_negative, check_split_batch_size
-from lightning_shard.comm.topology import DATA_PARALLEL_MESH_DIMS, Topology, resolve_topology
+from lightning_shard.comm.collectives import world_size
+from lightning_shard.comm.topology import Topology, resolve_topology
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
 from lightning_shard.loaders.resumable import Position, ResumableLoaderMixin
 from lightning_shard.loaders.settings import loader_settings
@@ -68,7 +69,7 @@ def prepare_with_options(
     if options.split_batches:
         check_split_batch_size(_batch_size(dataloader), topology.num_processes, "dataloader")
     if dispatch:
-        _check_dispatch_mesh(device_mesh)
+        _check_dispatch_mesh(device_mesh, topology)
         return _build_dispatcher(dataloader, options, topology, device)
     if isinstance(dataloader.dataset, IterableDataset):
         return _build_iterable_shard(dataloader, options, topology, device)
@@ -114,15 +115,16 @@ def _resolve_dispatch(dataloader: DataLoader, options: ShardOptions) -> bool:
     return options.put_on_device and isinstance(dataloader.dataset, IterableDataset)
 
 
-def _check_dispatch_mesh(device_mesh: Any) -> None:
-    if device_mesh is None:
+def _check_dispatch_mesh(device_mesh: Any, topology: Topology) -> None:
+    """Dispatch under a mesh needs the whole mesh: global rank 0 sends every other rank its index's slice."""
+    if device_mesh is None or topology.covers_world():
         return
-    others = [n for n in device_mesh.mesh_dim_names or () if n not in DATA_PARALLEL_MESH_DIMS]
-    if any(device_mesh[name].size() > 1 for name in others):
-        raise ValueError(
-            f"`dispatch_batches=True` with a `torch_device_mesh` that has non-data-parallel dimensions {others} "
-            "is not supported. Use `dispatch_batches=False` (each rank loads its own batches)."
-        )
+    raise ValueError(
+        f"`dispatch_batches=True` with a `torch_device_mesh` of {device_mesh.mesh.numel()} ranks "
+        f"{tuple(device_mesh.mesh_dim_names or ())} that does not span the {world_size()} ranks of the process "
+        "group: global rank 0 loads and sends every rank the slice of its data-parallel index, so it must "
+        "know them all. Pass the whole mesh (not a sub-mesh), or use `dispatch_batches=False`."
+    )
 
 
 def _batch_size(dataloader: DataLoader) -> int | None:
@@ -208,6 +210,7 @@ def _build_map_shard(
         synchronized_generator=generator,
         use_stateful_dataloader=options.use_stateful_dataloader,
         non_blocking=options.non_blocking,
+        topology=topology,
         **index_source,
         **loader_settings(dataloader),
     )
@@ -249,6 +252,7 @@ def _build_iterable_shard(
         synchronized_generator=generator,
         use_stateful_dataloader=options.use_stateful_dataloader,
         non_blocking=options.non_blocking,
+        topology=topology,
         batch_size=per_process if dataloader.batch_size is not None else None,
         drop_last=dataloader.drop_last,
         **loader_settings(dataloader),
@@ -271,8 +275,7 @@ def _build_dispatcher(
         dataloader.dataset,
         device=device,
         split_batches=options.split_batches,
-        num_processes=topology.num_processes,
-        process_index=topology.process_index,
+        topology=topology,
         slice_fn=options.slice_fn_for_dispatch,
         non_blocking=options.non_blocking,
         use_stateful_dataloader=options.use_stateful_dataloader,

@@ -9,7 +9,7 @@ never pair mismatched tensor collectives (docs/DESIGN.md, "Exact evaluation").
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -19,20 +19,30 @@ from lightning_shard.comm.collectives import is_distributed
 from lightning_shard.comm.tree import Node, flatten, is_tensor_tree, map_leaves
 
 
-def gather_in_process_order(data: Any, group: Any = None) -> Any:
-    """``data`` of every process of ``group`` (default: all), joined along the first dimension in order.
+def gather_in_process_order(data: Any, sources: Sequence[int] | None = None) -> Any:
+    """``data`` of every process, joined along the first dimension in process order.
 
     A scalar tensor counts as one row. Without a process group, ``data`` itself.
+
+    Args:
+        data: this process's part.
+        sources: the global ranks whose parts are kept, in that order (``None``: every rank). Every rank
+            still takes part: under a mesh the ranks of one data-parallel index hold the same data, and
+            only one of them counts.
     """
-    if not is_distributed() or dist.get_world_size(group) == 1:
+    if not is_distributed() or dist.get_world_size() == 1:
         return data
-    signatures: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(signatures, _signature(data), group=group)
+    signatures: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(signatures, _signature(data))
     if is_tensor_tree(data) and all(signature == signatures[0] for signature in signatures):
-        return map_leaves(lambda tensor: _gather_tensor(tensor, group), data)
+        return map_leaves(lambda tensor: _gather_tensor(tensor, sources), data)
     parts: list[Any] = [None] * len(signatures)
-    dist.all_gather_object(parts, _to_cpu(data), group=group)
-    return merge_parts(parts)
+    dist.all_gather_object(parts, _to_cpu(data))
+    return merge_parts(_kept(parts, sources))
+
+
+def _kept(parts: list[Any], sources: Sequence[int] | None) -> list[Any]:
+    return parts if sources is None else [parts[rank] for rank in sources]
 
 
 def merge_parts(parts: list[Any]) -> Any:
@@ -105,20 +115,21 @@ def _to_cpu(data: Any) -> Any:
     )
 
 
-def _gather_tensor(tensor: torch.Tensor, group: Any) -> torch.Tensor:
-    """``tensor`` of every process, concatenated along dimension 0 (a scalar counts as one row)."""
+def _gather_tensor(tensor: torch.Tensor, sources: Sequence[int] | None) -> torch.Tensor:
+    """``tensor`` of every process (of ``sources``), concatenated along dimension 0 (a scalar is one row)."""
     tensor = tensor.reshape(1) if tensor.dim() == 0 else tensor
-    sizes = _all_gather_equal(torch.tensor([tensor.shape[0]], device=tensor.device), group)
+    sizes = _all_gather_equal(torch.tensor([tensor.shape[0]], device=tensor.device))
     longest = int(max(sizes).item())
     padded = tensor
     if tensor.shape[0] < longest:
         filler = tensor.new_zeros((longest - tensor.shape[0], *tensor.shape[1:]))
         padded = torch.cat([tensor, filler])
-    parts = _all_gather_equal(padded.contiguous(), group)
-    return torch.cat([part[: int(size.item())] for part, size in zip(parts, sizes, strict=True)])
+    parts = _all_gather_equal(padded.contiguous())
+    kept = zip(_kept(parts, sources), _kept(sizes, sources), strict=True)
+    return torch.cat([part[: int(size.item())] for part, size in kept])
 
 
-def _all_gather_equal(tensor: torch.Tensor, group: Any) -> list[torch.Tensor]:
-    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(parts, tensor, group=group)
+def _all_gather_equal(tensor: torch.Tensor) -> list[torch.Tensor]:
+    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, tensor)
     return parts

@@ -2,7 +2,7 @@
 
 Read from the running ``torch.distributed`` group (1 and 0 without one) or from a ``DeviceMesh``, where
 only the data-parallel dimensions split the data: ranks that differ only in tensor / context /
-pipeline parallel coordinates get the same batches.
+pipeline parallel coordinates get the same batches (docs/DESIGN.md, "What the mesh decides").
 """
 
 from __future__ import annotations
@@ -10,32 +10,80 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from lightning_shard._checks import check_num_processes, check_process_index
-from lightning_shard.comm.collectives import is_distributed
+from lightning_shard.comm.collectives import is_distributed, world_size
 
-DATA_PARALLEL_MESH_DIMS = ("dp", "dp_replicate", "dp_shard", "fsdp")
+DATA_PARALLEL_MESH_DIMS = ("data_parallel", "dp", "dp_replicate", "dp_shard", "fsdp", "dp_shard_cp")
+"""Mesh dimension names that split the data (Lightning's ``ModelParallelStrategy`` names its
+``"data_parallel"``); every other dimension is replicated: its ranks get the same batches."""
 
 
 @dataclass(frozen=True)
 class Topology:
-    """The data-parallel size ``num_processes`` and this process's ``process_index`` in it."""
+    """The data-parallel size ``num_processes`` and this process's ``process_index`` in it.
+
+    ``rank_indices`` is the data-parallel index of every global rank (entry ``r`` for rank ``r``) when
+    several ranks share one (a mesh with tensor- or context-parallel dimensions); ``None`` when the
+    process group is the data-parallel group, rank ``r`` being index ``r``.
+    """
 
     num_processes: int
     process_index: int
+    rank_indices: tuple[int, ...] | None = None
+
+    @property
+    def leaders(self) -> tuple[int, ...]:
+        """The global rank that speaks for each data-parallel index (its lowest), in index order.
+
+        Collectives that count data (gathering outputs, merging audits) keep only these ranks' parts:
+        the other ranks of an index hold the same batches.
+        """
+        if self.rank_indices is None:
+            return tuple(range(self.num_processes))
+        first: dict[int, int] = {}
+        for rank, index in enumerate(self.rank_indices):
+            first.setdefault(index, rank)
+        return tuple(first[index] for index in range(self.num_processes))
+
+    def covers_world(self) -> bool:
+        """Whether every rank of the running process group iterates these loaders (so world-wide
+        collectives inside the loader reach exactly its members)."""
+        if self.rank_indices is not None:
+            return len(self.rank_indices) == world_size()
+        return self.num_processes == world_size()
 
 
-def _mesh_topology(mesh: Any) -> Topology:
+def mesh_topology(mesh: Any) -> Topology:
+    """The data-parallel topology a ``DeviceMesh`` describes: the product of its data-parallel
+    dimensions (``DATA_PARALLEL_MESH_DIMS``), this rank's index in it (row-major over those dimensions,
+    in mesh order), and, when the mesh spans the whole process group, every rank's index."""
     names = tuple(mesh.mesh_dim_names or ())
-    data_dims = [name for name in names if name in DATA_PARALLEL_MESH_DIMS]
-    if not data_dims:
-        return Topology(1, 0)
-    size, index = 1, 0
-    for name in data_dims:
-        sub = mesh[name]
-        size, index = size * sub.size(), index * sub.size() + sub.get_local_rank()
-    return Topology(size, index)
+    ranks: torch.Tensor = mesh.mesh
+    indices = torch.zeros(ranks.shape, dtype=torch.int64)
+    size = 1
+    for dim, name in enumerate(names):
+        if name in DATA_PARALLEL_MESH_DIMS:
+            extent = ranks.shape[dim]
+            coordinate = torch.arange(extent).reshape([extent if d == dim else 1 for d in range(ranks.dim())])
+            indices, size = indices * extent + coordinate, size * extent
+    here = int(indices[ranks == mesh.get_rank()].item())
+    return Topology(size, here, _rank_indices(ranks.reshape(-1), indices.reshape(-1)))
+
+
+def _rank_indices(ranks: torch.Tensor, indices: torch.Tensor) -> tuple[int, ...] | None:
+    """Every global rank's index, if the mesh holds every rank of the group (``None`` otherwise, and for
+    the plain layout where rank ``r`` is index ``r``)."""
+    world = world_size()
+    if sorted(ranks.tolist()) != list(range(world)):
+        # NOTE: a sub-mesh (e.g. one rank's data-parallel slice) cannot say what the other ranks hold.
+        return None
+    by_rank = [0] * world
+    for rank, index in zip(ranks.tolist(), indices.tolist(), strict=True):
+        by_rank[rank] = index
+    return None if by_rank == list(range(world)) else tuple(by_rank)
 
 
 def resolve_topology(
@@ -47,11 +95,13 @@ def resolve_topology(
         TypeError / ValueError: if ``num_processes < 1`` or ``process_index`` is outside ``[0, N)``.
     """
     if device_mesh is not None:
-        found = _mesh_topology(device_mesh)
+        found = mesh_topology(device_mesh)
     elif is_distributed():
         found = Topology(dist.get_world_size(), dist.get_rank())
     else:
         found = Topology(1, 0)
     size = check_num_processes(found.num_processes if num_processes is None else num_processes)
     index = check_process_index(found.process_index if process_index is None else process_index, size)
-    return Topology(size, index)
+    # NOTE: explicit sizes override the mesh; then only the caller knows which ranks share an index.
+    mapping = found.rank_indices if num_processes is None and process_index is None else None
+    return Topology(size, index, mapping)

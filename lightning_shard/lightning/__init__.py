@@ -1,27 +1,37 @@
 """The Lightning adapter: the only part of lightning_shard that imports ``lightning``.
 
 Importing it registers the ``Shard*`` strategies in Lightning's ``StrategyRegistry`` (``"shard"``,
-``"shard_spawn"``), as Lightning's own strategy modules register theirs, so ``Trainer(strategy="shard")``
-works after ``import lightning_shard``.
+``"shard_spawn"``, ``"shard_model_parallel"``, ``"shard_fsdp"``) and the Fabric strategy in Fabric's
+(``"shard"``, ``"shard_spawn"``), as Lightning's own strategy modules register theirs, so
+``Trainer(strategy="shard")`` works after ``import lightning_shard``.
 """
 
+from lightning.fabric.strategies import STRATEGY_REGISTRY
 from lightning.pytorch.strategies import StrategyRegistry
 
 from lightning_shard.lightning.audit_callback import EpochAudit, ShardAuditCallback
 from lightning_shard.lightning.datamodule import ShardDataModule
 from lightning_shard.lightning.epoch_callback import ShardEpochCallback
+from lightning_shard.lightning.fabric import ShardFabricStrategy
+from lightning_shard.lightning.fsdp import ShardFSDPStrategy
+from lightning_shard.lightning.model_parallel import ShardModelParallelStrategy
 from lightning_shard.lightning.plan import ShardPlan
 from lightning_shard.lightning.prediction import ShardPredictionWriter
 from lightning_shard.lightning.sharding import ShardingMixin
 from lightning_shard.lightning.strategy import ShardStrategy
 
-ShardStrategy.register_strategies(StrategyRegistry)
+for _strategy in (ShardStrategy, ShardModelParallelStrategy, ShardFSDPStrategy):
+    _strategy.register_strategies(StrategyRegistry)
+ShardFabricStrategy.register_strategies(STRATEGY_REGISTRY)
 
 __all__ = [
     "EpochAudit",
     "ShardAuditCallback",
     "ShardDataModule",
     "ShardEpochCallback",
+    "ShardFabricStrategy",
+    "ShardFSDPStrategy",
+    "ShardModelParallelStrategy",
     "ShardPlan",
     "ShardPredictionWriter",
     "ShardStrategy",

@@ -149,9 +149,17 @@ class ShardAuditCallback(Callback):
         self._restored: tuple[int, ShardAudit] | None = None
         self._buffer: list[Any] = []
         self._explained: set[str] = set()
+        self._records = True
 
-    def watch(self, loader: ShardLoader) -> None:
-        """Record what ``loader``'s training steps consume; call it before the loader's first ``iter()``."""
+    def watch(self, loader: ShardLoader, *, records: bool = True) -> None:
+        """Record what ``loader``'s training steps consume; call it before the loader's first ``iter()``.
+
+        Args:
+            loader: the training loader.
+            records: ``False`` on a process whose batches another process already records (a
+                tensor-parallel peer under a mesh); it still takes part in each epoch's merge.
+        """
+        self._records = records
         cursor = loader.cursor
         if cursor is None:
             self._explain("its dataset is iterable, so its samples have no indices to record")
@@ -188,7 +196,8 @@ class ShardAuditCallback(Callback):
         if self._audit is None or tap is None:
             return
         for indices in tap.take():
-            self._buffer.extend(indices)
+            if self._records:
+                self._buffer.extend(indices)
         if len(self._buffer) >= _BUFFERED:
             self._record()
 

@@ -106,6 +106,10 @@ class ShardingMixin:
         """Who shares the data: every process of the job, unless the combined strategy says otherwise."""
         return Topology(self.world_size, self.global_rank)
 
+    def _leads_its_index(self) -> bool:
+        """Whether this process speaks for its data-parallel index (its peers under a mesh hold the same data)."""
+        return self.global_rank in self.topology.leaders
+
     @property
     def shard_plan(self) -> ShardPlan | None:
         """The plan of the running (or last) fit; ``None`` before a fit has started."""
@@ -211,7 +215,7 @@ class ShardingMixin:
             )
             _load_early(loader, checkpoint_loader_states(trainer), position)
             if self._audit_callback is not None:
-                self._audit_callback.watch(loader)
+                self._audit_callback.watch(loader, records=self._leads_its_index())
         return loader
 
     def setup_optimizers(self, trainer: pl.Trainer) -> None:
@@ -309,7 +313,9 @@ class ShardingMixin:
                 "longer be told apart. Call it in the step with that step's outputs, or prepare the loader "
                 'with `even_batches="balanced"` (no repeated samples; the default for validation and test).'
             )
-        gathered = gather_in_process_order(data)
+        topology = self.topology
+        sources = None if topology.rank_indices is None else topology.leaders
+        gathered = gather_in_process_order(data, sources)
         if loader is None or not padded or not loader.end_of_dataloader:
             return gathered
         return keep_rows(gathered, slice(0, loader.remainder))

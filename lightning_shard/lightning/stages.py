@@ -99,7 +99,9 @@ def check_even_training(loader: DataLoader, options: ShardOptions, topology: Top
     """
     if options.even_batches or topology.num_processes == 1:
         return
-    lengths = all_gather_objects(sized_len(loader))
+    everyone = all_gather_objects(sized_len(loader))
+    # NOTE: one length per data-parallel index (under a mesh its other ranks hold the same batches).
+    lengths = everyone if topology.rank_indices is None else [everyone[rank] for rank in topology.leaders]
     if len(set(lengths)) > 1:
         raise ValueError(
             f"`even_batches=False` gives the training processes {lengths} batches per epoch; the processes "

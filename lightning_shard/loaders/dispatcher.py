@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -31,7 +32,9 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
     Without ``split_batches``, ``N`` consecutive batches form a global batch; with it, each batch is
     one. Process ``r`` gets rows ``[r * k, (r + 1) * k)`` of the global batch (``k = rows // N``); an
     incomplete last global batch is completed with the first ``N`` rows of the epoch unless
-    ``drop_last``. When process 0's data ends, every process stops at the same step.
+    ``drop_last``. When process 0's data ends, every process stops at the same step. Under a mesh whose
+    ranks share data-parallel indices (``topology.rank_indices``), global rank 0 loads and every other
+    rank receives the slice of its index (docs/DESIGN.md, "What the mesh decides").
 
     Args:
         dataset: the user's dataset (iterated on process 0 only).
@@ -44,6 +47,8 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
             and sequence along dimension 0.
         non_blocking: asynchronous host-to-device copies.
         num_processes, process_index: default to the running process group's.
+        topology: the data-parallel topology (``prepare_data_loader`` passes it); when given, it is used
+            instead of ``num_processes`` / ``process_index``.
         **kwargs: any other ``DataLoader`` argument (a ``batch_sampler`` for map-style data).
 
     Raises:
@@ -63,11 +68,12 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
         *,
         num_processes: int | None = None,
         process_index: int | None = None,
+        topology: Topology | None = None,
         **kwargs: Any,
     ) -> None:
         skip_batches = check_non_negative("skip_batches", skip_batches)
         check_stateful_class(self, use_stateful_dataloader)
-        topology = resolve_topology(num_processes, process_index)
+        topology = topology if topology is not None else resolve_topology(num_processes, process_index)
         _check_group(topology)
         if kwargs.get("batch_sampler") is not None and not isinstance(dataset, IterableDataset):
             kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
@@ -94,7 +100,21 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
     @property
     def bytes_received(self) -> int:
         """Bytes this process received from process 0 so far (0 on process 0)."""
-        return sum(channel.bytes_moved for channel in self._channels.values()) if self.process_index else 0
+        return 0 if self._serves else sum(channel.bytes_moved for channel in self._channels.values())
+
+    @property
+    def _serves(self) -> bool:
+        """Whether this process loads: process 0, or global rank 0 under a mesh that shares indices."""
+        if self.topology.rank_indices is None:
+            return self.process_index == 0
+        return dist.get_rank() == 0
+
+    def _slice_of(self) -> tuple[int, list[tuple[int, int]]]:
+        """On the loading process: its own slice's index, and each other rank with its slice's index."""
+        indices = self.topology.rank_indices
+        if indices is None:
+            return 0, [(peer, peer) for peer in range(1, self.num_processes)]
+        return indices[0], [(peer, index) for peer, index in enumerate(indices) if peer != 0]
 
     # -- the pieces ResumableLoaderMixin needs -----------------------------------------------------
     def _user_drop_last(self) -> bool:
@@ -163,8 +183,7 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
             use_stateful_dataloader=self.use_stateful_dataloader,
             slice_fn=self.slice_fn,
             non_blocking=self.non_blocking,
-            num_processes=self.num_processes,
-            process_index=self.process_index,
+            topology=self.topology,
             **kwargs,
         )
         twin.set_epoch(self.epoch)
@@ -173,7 +192,7 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
     # -- iteration --------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         self._begin_epoch()
-        if self.process_index == 0:
+        if self._serves:
             return self._serve()
         return self._receive()
 
@@ -185,18 +204,19 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
     def _serve(self) -> Iterator[Any]:
         """Process 0: build global batches, send each peer its slice, yield our own."""
         last = False
+        own, peers = self._slice_of()
         try:
             for batch, last in self._global_slices():
-                for peer in range(1, self.num_processes):
-                    self._channel(peer).send_batch(batch[peer], last)
+                for peer, index in peers:
+                    self._channel(peer).send_batch(batch[index], last)
                 self._progress.steps += 1
                 self._progress.end = last
-                yield send_to_device(batch[0], self.device, self.non_blocking)
+                yield send_to_device(batch[own], self.device, self.non_blocking)
             if not last:
-                for peer in range(1, self.num_processes):
+                for peer, _ in peers:
                     self._channel(peer).send_status(Status.STOP)
         except Exception as error:
-            for peer in range(1, self.num_processes):
+            for peer, _ in peers:
                 self._channel(peer).send_status(Status.ERROR, f"{type(error).__name__}: {error}")
             raise
         finally:

@@ -17,6 +17,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from lightning_shard._checks import check_non_negative
 from lightning_shard.comm.collectives import all_gather_objects, communication_device, is_distributed
 from lightning_shard.comm.rng import normalize_rng_types, synchronize_rng_states
+from lightning_shard.comm.topology import Topology
 from lightning_shard.comm.tree import send_to_device
 from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.resumable import ResumableLoaderMixin, ShardingInfo
@@ -42,6 +43,8 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
             ``True`` needs a class that is (``StatefulDataLoaderShard``, or ``stateful_loader_class(cls)``
             for a subclass); ``prepare_data_loader`` picks it for you.
         non_blocking: asynchronous host-to-device copies (useful with ``pin_memory=True``).
+        topology: the data-parallel topology the shard was built for (``prepare_data_loader`` passes
+            it); ``None``: the default process group is the data-parallel group.
         **kwargs: any other ``DataLoader`` argument.
 
     Raises:
@@ -58,6 +61,8 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         skip_batches: int = 0,
         use_stateful_dataloader: bool = False,
         non_blocking: bool = False,
+        *,
+        topology: Topology | None = None,
         **kwargs: Any,
     ) -> None:
         skip_batches = check_non_negative("skip_batches", skip_batches)
@@ -69,6 +74,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         self.non_blocking = non_blocking
         self.synchronized_generator = synchronized_generator
         self.use_stateful_dataloader = use_stateful_dataloader
+        self.topology = topology
         self._discard = 0
         self._init_position(skip_batches)
 
@@ -171,6 +177,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
             synchronized_generator=copy.deepcopy(self.synchronized_generator, shared),
             use_stateful_dataloader=self.use_stateful_dataloader,
             non_blocking=self.non_blocking,
+            topology=self.topology,
             **kwargs,
         )
         twin.set_epoch(self.epoch)
@@ -185,7 +192,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
 
     def _look_ahead(self, batches: Iterator[Any]) -> Iterator[Any]:
         """Yield batches one behind the DataLoader, so the last one is known to be the last."""
-        agreement = _EndAgreement() if _streams_must_agree(self.dataset) else None
+        agreement = _EndAgreement() if _streams_must_agree(self.dataset, self.topology) else None
         device, non_blocking, progress = self.device, self.non_blocking, self._progress
         current = _fetch(batches, agreement, progress.steps)
         while _agreed(current, agreement) is not _END:
@@ -226,17 +233,17 @@ def _agreed(batch: Any, agreement: _EndAgreement | None) -> Any:
     return batch
 
 
-def _streams_must_agree(dataset: Any) -> bool:
+def _streams_must_agree(dataset: Any, topology: Topology | None) -> bool:
     """Whether this iterable shard's processes must check, batch by batch, that they end together.
 
-    Only when the process group is the data-parallel group, so that every member iterates this loader.
+    Only when every rank of the process group iterates this loader: the data-parallel group itself, or
+    a mesh over the whole group (whose tensor-parallel peers read the same stream).
     """
-    return (
-        isinstance(dataset, IterableDatasetShard)
-        and dataset.num_processes > 1
-        and is_distributed()
-        and dist.get_world_size() == dataset.num_processes
-    )
+    if not (isinstance(dataset, IterableDatasetShard) and dataset.num_processes > 1 and is_distributed()):
+        return False
+    if topology is None:
+        return dist.get_world_size() == dataset.num_processes
+    return topology.covers_world()
 
 
 class _EndAgreement:

@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 
-from lightning_shard import ShardOptions, ShardStrategy, StrategyOptions, prepare_data_loader
+from lightning_shard import (
+    ShardFabricStrategy,
+    ShardFSDPStrategy,
+    ShardModelParallelStrategy,
+    ShardOptions,
+    ShardStrategy,
+    StrategyOptions,
+    prepare_data_loader,
+)
 from lightning_shard.options import option_fields, option_table, strategy_default
 
 README = Path(__file__).parents[2] / "README.md"
@@ -27,20 +35,30 @@ def test_prepare_data_loader_takes_every_loader_option() -> None:
         assert parameter.annotation == option.type, option.name
 
 
-@pytest.mark.parametrize("strategy", [ShardStrategy])
-def test_strategies_take_every_option(strategy: type) -> None:
+def _check_loader_options(strategy: type) -> None:
     parameters = _parameters(strategy.__init__)
     for option in option_fields(ShardOptions):
         parameter = parameters[option.name]
         assert parameter.default == strategy_default(option), option.name
         assert parameter.annotation == option.type, option.name
         assert parameter.kind is inspect.Parameter.KEYWORD_ONLY, option.name
+
+
+@pytest.mark.parametrize("strategy", [ShardStrategy, ShardModelParallelStrategy, ShardFSDPStrategy])
+def test_strategies_take_every_option(strategy: type) -> None:
+    _check_loader_options(strategy)
+    parameters = _parameters(strategy.__init__)
     for option in option_fields(StrategyOptions):
         parameter = parameters[option.name]
         assert (parameter.default, parameter.annotation) == (option.default, option.type), option.name
     built = strategy()
     assert built.options == ShardOptions(rng_types=("generator",))
     assert built.strategy_options == StrategyOptions()
+
+
+def test_fabric_strategy_takes_every_loader_option() -> None:
+    _check_loader_options(ShardFabricStrategy)
+    assert ShardFabricStrategy().options == ShardOptions(rng_types=("generator",))
 
 
 def test_every_option_is_documented_in_the_readme_table() -> None:

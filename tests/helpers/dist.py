@@ -25,14 +25,16 @@ _PRELOAD = ["torch", "torch.distributed", "lightning_shard", "tests.helpers.dist
 
 
 def _worker(
-    fn: Callable[..., Any], rank: int, world_size: int, init_file: str, args: tuple, out: Any
+    fn: Callable[..., Any], rank: int, world_size: int, init_file: str, args: tuple, out: Any, backend: str
 ) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     import torch
 
     torch.set_num_threads(1)
     try:
-        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+        if backend == "nccl":
+            torch.cuda.set_device(rank)  # NOTE: NCCL binds each rank to its own GPU (`tests/cuda/` only).
+        dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world_size)
         try:
             out.put((rank, True, fn(rank, world_size, *args)))
         finally:
@@ -42,12 +44,17 @@ def _worker(
 
 
 def run_distributed(
-    fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0, daemon: bool = True
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout: float = 120.0,
+    daemon: bool = True,
+    backend: str = "gloo",
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` gloo processes; return results by rank.
 
     ``daemon=False`` lets ``fn`` start processes of its own (``DataLoader`` workers); the ranks are
-    still killed on failure or timeout.
+    still killed on failure or timeout. ``backend="nccl"`` puts rank ``r`` on GPU ``r``.
     """
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(_PRELOAD)
@@ -55,7 +62,9 @@ def run_distributed(
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "rendezvous")
         procs = [
-            ctx.Process(target=_worker, args=(fn, rank, world_size, init_file, args, out), daemon=daemon)
+            ctx.Process(
+                target=_worker, args=(fn, rank, world_size, init_file, args, out, backend), daemon=daemon
+            )
             for rank in range(world_size)
         ]
         for proc in procs:

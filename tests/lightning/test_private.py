@@ -63,6 +63,18 @@ def test_strategy_registry_class() -> None:
     assert callable(StrategyRegistryType.register)
 
 
+def test_fabric_injects_no_sampler_for_a_strategy_without_sampler_kwargs() -> None:
+    import lightning as L
+
+    from lightning_shard import ShardFabricStrategy
+
+    loader = DataLoader(range(10), batch_size=2)
+    # NOTE: what `ShardFabricStrategy` relies on: Fabric decides the injection from this public property.
+    assert L.Fabric(accelerator="cpu", devices=2, strategy="ddp")._requires_distributed_sampler(loader)
+    fabric = L.Fabric(accelerator="cpu", devices=2, strategy=ShardFabricStrategy())
+    assert not fabric._requires_distributed_sampler(loader)
+
+
 def test_private_lightning_names_live_in_one_module() -> None:
     adapter = Path(lightning_shard.lightning.__file__).parent
     for path in adapter.glob("*.py"):

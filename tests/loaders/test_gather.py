@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from lightning_shard.comm.gather import gather_in_process_order, keep_rows, merge_parts, rows_of
 from tests.helpers.dist import run_distributed
@@ -28,15 +27,15 @@ def _gathered(rank: int, world_size: int) -> dict[str, Any]:
     out["different"] = [sorted(part) for part in merged]
     widths = gather_in_process_order(torch.zeros(2, 1 + rank))  # trailing shapes differ: objects
     out["widths"] = [list(part.shape) for part in widths] if isinstance(widths, list) else list(widths.shape)
-    pair = dist.new_group([0])
-    out["group"] = gather_in_process_order(ids, group=pair).tolist() if rank == 0 else None
+    out["sources"] = gather_in_process_order(ids, sources=[1]).tolist()
+    out["sources_objects"] = gather_in_process_order(f"rank{rank}", sources=[1])
     return out
 
 
 @pytest.mark.dist
 def test_anything_comes_back_in_process_order() -> None:
     first, second = run_distributed(_gathered, 2)
-    assert first == {**second, "group": first["group"]}, "every process gets the same"
+    assert first == second, "every process gets the same"
     assert first["ragged"] == [0, 1, 3, 4, 5]
     assert first["scalar"] == [0.0, 1.0]
     assert first["tree"] == [[0, 1, 3, 4, 5], [0, 10, 30, 40, 50], [5, 1]]
@@ -44,7 +43,9 @@ def test_anything_comes_back_in_process_order() -> None:
     assert first["strings"] == ["rank0", "rank1"]
     assert first["different"] == [["ids"], ["extra", "ids"]]
     assert first["widths"] == [[2, 1], [2, 2]]
-    assert first["group"] == [0, 1] and second["group"] is None
+    assert first["sources"] == [3, 4, 5] and first["sources_objects"] == ["rank1"], (
+        "only the kept ranks' parts"
+    )
 
 
 def test_merging_and_cutting_without_a_group() -> None:

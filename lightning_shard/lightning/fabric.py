@@ -1,0 +1,95 @@
+"""``ShardFabricStrategy``: batch-level sharding for ``lightning.fabric.Fabric``, through
+``fabric.setup_dataloaders`` (docs/DESIGN.md, "Lightning adapter").
+
+Fabric hands every loader of ``setup_dataloaders`` to its strategy's ``process_dataloader``; it injects a
+``DistributedSampler`` before that only when the strategy has ``distributed_sampler_kwargs``. This
+strategy has none and shards in ``process_dataloader`` with ``prepare_data_loader``, so the loaders
+Fabric returns are ours (wrapped by Fabric to move batches to the device). Their ``state_dict()`` is the
+loader position: ``fabric.save(path, {"loader": loader, ...})`` stores it and ``fabric.load`` restores it,
+and the next iteration continues exactly where the saved run stopped (also on another number of
+processes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from lightning.fabric.strategies import DDPStrategy
+from torch.utils.data import DataLoader
+
+from lightning_shard.comm.topology import Topology
+from lightning_shard.lightning._private import StrategyRegistryType
+from lightning_shard.lightning.stages import is_shard_loader
+from lightning_shard.options import ShardOptions
+from lightning_shard.prepare import prepare_with_options
+from lightning_shard.sampling.balance import EvenBatches
+
+
+class ShardFabricStrategy(DDPStrategy):
+    """Fabric's ``DDPStrategy`` whose ``fabric.setup_dataloaders`` shards with ``prepare_data_loader``.
+
+    Every loader given to ``setup_dataloaders`` is sharded with this strategy's options (whatever its
+    ``use_distributed_sampler`` argument: Fabric does not pass it to the strategy). Registered in
+    Fabric's registry as ``"shard"`` and ``"shard_spawn"``: ``Fabric(strategy="shard")`` after
+    ``import lightning_shard``. Scale ``interval="step"``-like schedulers yourself with
+    ``ShardScheduler(scheduler, optimizer, num_processes=fabric.strategy.topology.num_processes)``.
+
+    Args:
+        split_batches, even_batches, dispatch_batches, put_on_device, rng_types, use_seedable_sampler,
+            data_seed, non_blocking, use_stateful_dataloader, slice_fn_for_dispatch: the loader options
+            (``ShardOptions``); ``rng_types`` defaults to ``("generator",)`` here.
+        **kwargs: any argument of Fabric's ``DDPStrategy`` (``timeout``, ``start_method``, ...).
+
+    Raises:
+        ValueError / TypeError: on inconsistent options (see ``ShardOptions``).
+    """
+
+    REGISTERED_NAMES: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("shard", {"start_method": "popen"}),
+        ("shard_spawn", {"start_method": "spawn"}),
+    )
+    """``(name, init_args)`` under which the strategy registers in Fabric's registry."""
+
+    def __init__(
+        self,
+        *,
+        split_batches: bool = False,
+        even_batches: EvenBatches = True,
+        dispatch_batches: bool | None = None,
+        put_on_device: bool = False,
+        rng_types: Sequence[str] | None = ("generator",),
+        use_seedable_sampler: bool = False,
+        data_seed: int | None = None,
+        non_blocking: bool = False,
+        use_stateful_dataloader: bool = False,
+        slice_fn_for_dispatch: Callable[..., Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        options = locals()
+        super().__init__(**kwargs)
+        self.options = ShardOptions.from_kwargs(options)
+
+    @property
+    def distributed_sampler_kwargs(self) -> None:  # type: ignore[override]
+        """``None``: Fabric then injects no ``DistributedSampler``; ``process_dataloader`` shards instead."""
+        return None
+
+    @property
+    def topology(self) -> Topology:
+        """The data-parallel size and this process's index in it: every process of the job."""
+        return Topology(self.world_size, self.global_rank)
+
+    def process_dataloader(self, dataloader: DataLoader) -> DataLoader:
+        """``dataloader`` sharded with this strategy's options (one already sharded is kept)."""
+        if not isinstance(dataloader, DataLoader) or is_shard_loader(dataloader):
+            return dataloader
+        return prepare_with_options(dataloader, self.options, self.topology, device=self.root_device)
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: StrategyRegistryType) -> None:
+        for name, init_args in cls.REGISTERED_NAMES:
+            if name not in strategy_registry:
+                strategy_registry.register(
+                    name, cls, description=f"lightning_shard's {cls.__name__} {init_args}", **init_args
+                )

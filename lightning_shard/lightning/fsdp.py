@@ -1,0 +1,122 @@
+"""``ShardFSDPStrategy``: Lightning's ``FSDPStrategy`` with batch-level sharding over every process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any, Literal
+
+import lightning.pytorch as pl
+import torch
+from lightning.fabric.plugins import CheckpointIO, ClusterEnvironment
+from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
+from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.strategies import FSDPStrategy
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy
+from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+from torch.nn import Module
+
+from lightning_shard.lightning.sharding import ShardingMixin
+from lightning_shard.options import ShardOptions, StrategyOptions
+from lightning_shard.sampling.balance import EvenBatches
+
+WrapPolicy = set[type[Module]] | Callable[[Module, bool, int], bool] | ModuleWrapPolicy
+"""What ``FSDPStrategy`` takes as ``auto_wrap_policy`` / ``activation_checkpointing_policy``."""
+
+
+class ShardFSDPStrategy(ShardingMixin, FSDPStrategy):
+    """``FSDPStrategy`` whose loaders are sharded by ``prepare_data_loader`` instead of ``DistributedSampler``.
+
+    FSDP shards parameters, not data: every process is a data-parallel process (also with
+    ``HYBRID_SHARD`` and a ``device_mesh``, whose two dimensions both replicate data), so the sharding is
+    ``ShardStrategy``'s. Like ``FSDPStrategy`` it needs CUDA; ``make gpu-check`` runs its fit.
+    Registered as ``"shard_fsdp"``.
+
+    Args:
+        accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin,
+            process_group_backend, timeout, cpu_offload, mixed_precision, auto_wrap_policy,
+            activation_checkpointing, activation_checkpointing_policy, sharding_strategy,
+            state_dict_type, device_mesh: as for ``FSDPStrategy``.
+        split_batches, even_batches, dispatch_batches, put_on_device, rng_types, use_seedable_sampler,
+            data_seed, non_blocking, use_stateful_dataloader, slice_fn_for_dispatch: the loader options
+            (``ShardOptions``); ``rng_types`` defaults to ``("generator",)`` here.
+        step_scheduler_with_optimizer, audit, audit_raise, gather_predictions: the strategy options (``StrategyOptions``).
+        **kwargs: passed to ``FullyShardedDataParallel``, as ``FSDPStrategy`` does.
+
+    Raises:
+        ValueError / TypeError: on inconsistent options (see ``ShardOptions`` and ``StrategyOptions``).
+    """
+
+    REGISTERED_NAMES = (("shard_fsdp", {}),)
+
+    def __init__(
+        self,
+        accelerator: pl.accelerators.Accelerator | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: ClusterEnvironment | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision_plugin: Precision | None = None,
+        process_group_backend: str | None = None,
+        timeout: timedelta | None = default_pg_timeout,
+        cpu_offload: bool | CPUOffload | None = None,
+        mixed_precision: MixedPrecision | None = None,
+        auto_wrap_policy: WrapPolicy | None = None,
+        activation_checkpointing: type[Module] | list[type[Module]] | None = None,
+        activation_checkpointing_policy: WrapPolicy | None = None,
+        sharding_strategy: ShardingStrategy
+        | Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"] = "FULL_SHARD",
+        state_dict_type: Literal["full", "sharded"] = "full",
+        device_mesh: tuple[int, int] | DeviceMesh | None = None,
+        *,
+        split_batches: bool = False,
+        even_batches: EvenBatches = True,
+        dispatch_batches: bool | None = None,
+        put_on_device: bool = False,
+        rng_types: Sequence[str] | None = ("generator",),
+        use_seedable_sampler: bool = False,
+        data_seed: int | None = None,
+        non_blocking: bool = False,
+        use_stateful_dataloader: bool = False,
+        slice_fn_for_dispatch: Callable[..., Any] | None = None,
+        step_scheduler_with_optimizer: bool = True,
+        audit: bool = False,
+        audit_raise: bool = False,
+        gather_predictions: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        options = locals()
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin,
+            process_group_backend=process_group_backend,
+            timeout=timeout,
+            cpu_offload=cpu_offload,
+            mixed_precision=mixed_precision,
+            auto_wrap_policy=auto_wrap_policy,
+            activation_checkpointing=activation_checkpointing,
+            activation_checkpointing_policy=activation_checkpointing_policy,
+            sharding_strategy=sharding_strategy,
+            state_dict_type=state_dict_type,
+            device_mesh=device_mesh,
+            **kwargs,
+        )
+        self._init_sharding(ShardOptions.from_kwargs(options), StrategyOptions.from_kwargs(options))
+
+    def setup_environment(self) -> None:
+        """Refuse a CPU run before the process group starts, with the fix (FSDP itself would fail later).
+
+        Raises:
+            ValueError: if the devices are CPUs.
+        """
+        # NOTE: Lightning refuses `FSDPStrategy` on CPU only for its own class and names, not a subclass.
+        if self.root_device.type == "cpu":
+            raise ValueError(
+                f"`{type(self).__name__}` runs FSDP, which needs CUDA devices, but this trainer has "
+                f"`accelerator='cpu'`. Use `accelerator='cuda'`, or on CPU `ShardModelParallelStrategy` with "
+                "`fully_shard` (FSDP2) in `configure_model`."
+            )
+        super().setup_environment()
