@@ -69,7 +69,11 @@ def test_bad_options_are_refused() -> None:
 def test_stage_defaults() -> None:
     options = ShardOptions(even_batches=False, dispatch_batches=True, put_on_device=True)
     assert stage_defaults(options, "train") == options
-    assert stage_defaults(options, "validate").even_batches == stage_defaults(options, "test").even_batches == "balanced"
+    assert (
+        stage_defaults(options, "validate").even_batches
+        == stage_defaults(options, "test").even_batches
+        == "balanced"
+    )
     predict = stage_defaults(options, "predict")
     assert not predict.even_batches and predict.dispatch_batches is False
 
