@@ -26,6 +26,7 @@ from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import StrategyRegistryType, disable_sampler_injection
 from lightning_shard.lightning.audit_callback import EpochAudit, ShardAuditCallback
 from lightning_shard.lightning.checkpoints import LightningResumeHook
+from lightning_shard.lightning.compat import check_lightning_version
 from lightning_shard.lightning.epoch_callback import ShardEpochCallback
 from lightning_shard.lightning.plan import ShardPlan, plan_for
 from lightning_shard.lightning.prediction import PredictionGatherer
@@ -61,6 +62,7 @@ class ShardingMixin:
     precision_plugin: Any
 
     def _init_sharding(self, options: ShardOptions, strategy_options: StrategyOptions) -> None:
+        check_lightning_version()
         self.options = options
         self.strategy_options = strategy_options
         self._shard_plan: ShardPlan | None = None
