@@ -1,11 +1,15 @@
 # `make demo` runs the main example, `make test` the whole suite, `make gpu-check` the CUDA tests (on a GPU
-# machine). All create or reuse `.venv`.
+# machine). All create or reuse `.venv`. `make test-oldest` runs the Lightning and loader tests on the oldest
+# supported releases, in `.venv-oldest`.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+OLDEST := .venv-oldest
+OLDEST_PY := $(OLDEST)/bin/python
+OLDEST_PINS := tests/oldest-constraints.txt
 
-.PHONY: demo test bench gpu-check
+.PHONY: demo test test-oldest bench gpu-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,6 +19,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
+# NOTE: torch first, as above; the constraints then hold Lightning and torchdata at the oldest supported
+# releases while the package and its test extras install (they would otherwise pull the newest).
+$(OLDEST)/.installed: pyproject.toml $(OLDEST_PINS)
+	test -x $(OLDEST_PY) || $(PYTHON) -m venv $(OLDEST)
+	$(OLDEST_PY) -m pip install -q --upgrade pip
+	$(OLDEST_PY) -m pip install -q torch==2.13.0
+	$(OLDEST_PY) -m pip install -q -c $(OLDEST_PINS) -e ".[test]"
+	$(OLDEST_PY) -m pip check
+	touch $(OLDEST)/.installed
+
 demo: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) examples/train.py
 
@@ -23,6 +37,9 @@ test: $(STAMP)
 	$(PY) -m ruff format --check lightning_shard tests examples benchmarks
 	$(PY) -m mypy lightning_shard
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
+
+test-oldest: $(OLDEST)/.installed
+	OMP_NUM_THREADS=1 $(OLDEST_PY) -m pytest -q tests/lightning tests/loaders
 
 bench: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_index.py

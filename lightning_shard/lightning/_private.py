@@ -12,6 +12,8 @@ import lightning.pytorch as pl
 from lightning.fabric.strategies.registry import _StrategyRegistry
 from lightning.pytorch.overrides.distributed import _IndexBatchSamplerWrapper
 
+from lightning_shard.lightning.compat import install_fix, supported_range
+
 StrategyRegistryType = _StrategyRegistry
 """The class of Lightning's ``StrategyRegistry`` (``Strategy.register_strategies`` takes one); Lightning
 exports the registry object publicly, but its class only under this private name."""
@@ -42,7 +44,8 @@ def _accelerator_connector(trainer: pl.Trainer) -> Any:
         raise RuntimeError(
             f"This Lightning release ({pl.__version__}) keeps `use_distributed_sampler` in a place "
             "lightning_shard does not know, so it cannot turn off `DistributedSampler` injection. "
-            "Pin a supported Lightning release (2.2 to 2.6) or report this at lightning_shard."
+            f"Install a supported Lightning release ({supported_range()}): `{install_fix()}`, or report this "
+            "at lightning_shard."
         )
     return connector
 

@@ -34,6 +34,7 @@ from lightning_shard.lightning._private import (
 )
 from lightning_shard.lightning.audit_callback import EpochAudit, ShardAuditCallback
 from lightning_shard.lightning.checkpoints import EvaluationResumeHook, LightningResumeHook
+from lightning_shard.lightning.compat import check_lightning_version
 from lightning_shard.lightning.continuity import TrainingLoaderRounds
 from lightning_shard.lightning.epoch_callback import ShardEpochCallback
 from lightning_shard.lightning.plan import ShardPlan, plan_for
@@ -77,6 +78,7 @@ class ShardingMixin:
     precision_plugin: Any
 
     def _init_sharding(self, options: ShardOptions, strategy_options: StrategyOptions) -> None:
+        check_lightning_version()
         self.options = options
         self.strategy_options = strategy_options
         self._shard_plan: ShardPlan | None = None

@@ -156,6 +156,23 @@ def test_resume_continues_exactly(resumed: tuple[Path, str]) -> None:
     lrs = [rank["lr"] for rank in read_records(out / "resume2", "fit", 2)]
     assert lrs[0] == read_records(out / "full", "fit", 2)[0]["lr"][3:]
     assert "not resumable" not in output
+    # A checkpoint written after the resume saves what was consumed, as the uninterrupted run's would
+    # (Lightning before 2.5 ran one step behind here; docs/DESIGN.md, "Supported versions").
+    full_saved, resumed_saved = _saved(out, "full", 2), _saved(out, "resume2", 2)
+    assert all(resumed_saved[rank] == full_saved[rank][3:] for rank in (0, 1))
+    _check_saved_positions(full_saved[0])
+
+
+def _saved(out: Path, run: str, world_size: int) -> list[list[list[int]]]:
+    """Per rank, ``[epoch, batch_idx, saved epoch, saved steps]`` after each training step."""
+    return [rank["saved"] for rank in read_records(out / run, "fit", world_size)]
+
+
+def _check_saved_positions(saved: list[list[int]]) -> None:
+    """Each saved position is the steps taken in the epoch; after its last step, the next epoch's start."""
+    for (epoch, batch_idx, saved_epoch, steps), following in zip(saved, [*saved[1:], None], strict=True):
+        last = following is None or following[0] != epoch
+        assert (saved_epoch, steps) == ((epoch + 1, 0) if last else (epoch, batch_idx + 1))
 
 
 def test_elastic_resume_sees_each_unseen_sample_once(resumed: tuple[Path, str]) -> None:
@@ -167,6 +184,9 @@ def test_elastic_resume_sees_each_unseen_sample_once(resumed: tuple[Path, str]) 
     assert len(rest) == len(set(rest))
     assert [batch_idx for epoch, batch_idx, _ in single if epoch == 0] == list(range(3, 10))
     assert sorted(i for epoch, _, ids in single if epoch == 1 for i in ids) == list(range(50))
+    (saved,) = _saved(out, "resume1", 1)
+    assert saved[0] == [0, 3, 0, 4], "the first step on 1 process is the 4th of the epoch, also when saved"
+    _check_saved_positions(saved)
 
 
 def test_checkpoint_holds_inner_states(resumed: tuple[Path, str]) -> None:
@@ -185,5 +205,7 @@ def test_resume_with_read_ahead_stream(tmp_path_factory: pytest.TempPathFactory)
     full, stop, resume = _steps(out, "full", 2), _steps(out, "stop", 2), _steps(out, "resume2", 2)
     for rank in (0, 1):
         assert full[rank][:2] == stop[rank] and full[rank][2:] == resume[rank]
+    full_saved, resumed_saved = _saved(out, "full", 2), _saved(out, "resume2", 2)
+    assert all(resumed_saved[rank] == full_saved[rank][2:] for rank in (0, 1))
     assert Counter(len(ids) for rank in full for _, _, ids in rank) == Counter({4: 24})
     assert "not resumable" not in output

@@ -8,6 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import lightning.pytorch as pl
+import pytest
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.data import _update_dataloader
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
@@ -20,6 +22,7 @@ from lightning_shard.lightning._private import (
     sampler_injection_enabled,
     unwrap_index_batch_sampler,
 )
+from tests.helpers.lightning_app import Recorder, loader
 
 
 def _trainer() -> pl.Trainer:
@@ -54,6 +57,26 @@ def test_prediction_loop_reads_the_recorded_indices() -> None:
 def test_progress_counters_the_checkpoint_state_reads() -> None:
     progress = _trainer().fit_loop.epoch_loop.batch_progress
     assert progress.current.ready == 0 and progress.is_last_batch is False
+
+
+@pytest.mark.filterwarnings("ignore:You're resuming from a checkpoint that ended before the epoch ended")
+def test_a_resumed_epoch_counts_the_batch_its_checkpoint_was_written_after(tmp_path: Path) -> None:
+    """The saved position is the batches Lightning counted as ready (``LightningResumeHook.consumed``);
+    the resumed epoch must go on from there. Lightning 2.5 made it so for a checkpoint written in
+    ``on_train_batch_end`` (``ModelCheckpoint(every_n_train_steps=...)``); before, the resumed
+    ``batch_idx`` ran one behind, which is why 2.5 is the oldest supported release
+    (docs/DESIGN.md, "Supported versions")."""
+    settings = {"accelerator": "cpu", "devices": 1, "logger": False, "enable_progress_bar": False}
+    settings |= {"enable_model_summary": False, "default_root_dir": str(tmp_path)}
+    save = ModelCheckpoint(tmp_path / "checkpoints", every_n_train_steps=2, save_top_k=-1, filename="{step}")
+    pl.Trainer(max_steps=2, callbacks=[save], **settings).fit(Recorder(str(tmp_path)), loader(24, 4))
+    resumed = Recorder(str(tmp_path))
+    trainer = pl.Trainer(max_steps=4, enable_checkpointing=False, **settings)
+    trainer.fit(resumed, loader(24, 4), ckpt_path=str(tmp_path / "checkpoints" / "step=2.ckpt"))
+    assert [batch_idx for _, batch_idx, _ in resumed.records["train"]] == [2, 3]
+    epoch_loop = trainer.fit_loop.epoch_loop
+    assert epoch_loop.batch_progress.current.completed == 4
+    assert epoch_loop._batches_that_stepped == 4, "the step that logging uses"
 
 
 def test_strategy_registry_class() -> None:

@@ -66,15 +66,27 @@ def _uneven(out: Path) -> None:
         (out / "error.txt").write_text(str(error))
 
 
+class _PositionRecorder(Recorder):
+    """Also records, after each training step, the position a checkpoint written then would save."""
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        super().on_train_batch_end(outputs, batch, batch_idx)
+        saved = self.trainer.train_dataloader.state_dict()
+        self.records.setdefault("saved", []).append(
+            [self.current_epoch, batch_idx, saved["epoch"], saved["steps"]]
+        )
+
+
 def _resume(out: Path, make_loader: Callable[[], DataLoader], stop_after: int) -> None:
     """An uninterrupted run, a run stopped mid-epoch by a checkpoint, and its resume."""
     checkpoints = out / "checkpoints"
     pl.seed_everything(0)
-    trainer(out / "full", max_epochs=2).fit(Recorder(str(out / "full"), scheduler="lambda"), make_loader())
+    full = _PositionRecorder(str(out / "full"), scheduler="lambda")
+    trainer(out / "full", max_epochs=2).fit(full, make_loader())
     pl.seed_everything(0)
     save = ModelCheckpoint(checkpoints, every_n_train_steps=stop_after, save_top_k=-1, filename="{step}")
     stop = trainer(out / "stop", max_steps=stop_after, callbacks=[save], enable_checkpointing=True)
-    stop.fit(Recorder(str(out / "stop"), scheduler="lambda"), make_loader())
+    stop.fit(_PositionRecorder(str(out / "stop"), scheduler="lambda"), make_loader())
     _resume_on(out, make_loader, devices=2)
 
 
@@ -82,7 +94,8 @@ def _resume_on(out: Path, make_loader: Callable[[], DataLoader], devices: int) -
     (checkpoint,) = (out / "checkpoints").glob("*.ckpt")
     name = f"resume{devices}"
     resumed = trainer(out / name, devices=devices, max_epochs=2)
-    resumed.fit(Recorder(str(out / name), scheduler="lambda"), make_loader(), ckpt_path=str(checkpoint))
+    model = _PositionRecorder(str(out / name), scheduler="lambda")
+    resumed.fit(model, make_loader(), ckpt_path=str(checkpoint))
 
 
 def _shuffled() -> DataLoader:
