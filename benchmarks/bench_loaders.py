@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from _processes import on_processes
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from lightning_shard import BatchSamplerShard, prepare_data_loader
@@ -161,9 +162,7 @@ def dispatch_worker(
 
 
 def dispatch(samples: int, batch_size: int, repeats: int) -> dict[str, Any]:
-    from _dist import run_distributed
-
-    results = run_distributed(dispatch_worker, 2, samples, batch_size, repeats, timeout=600)
+    results = on_processes(dispatch_worker, 2, samples, batch_size, repeats)
     if not all(result["same"] for result in results):
         raise SystemExit("(b): ours and the reference dispatch different batches")
     return {**results[0], "received": results[1]["received"]}

@@ -17,7 +17,7 @@ from lightning_shard.lightning import (
     ShardStrategy,
 )
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher, StatefulDataLoaderDispatcher
-from lightning_shard.loaders.resumable import Consumed, ResumeHook
+from lightning_shard.loaders.position import Consumed, ResumeHook
 from lightning_shard.loaders.shard import DataLoaderShard, StatefulDataLoaderShard
 from lightning_shard.loaders.state import LoaderState
 from lightning_shard.loaders.variants import stateful_loader_class

@@ -12,7 +12,8 @@ from lightning_shard._checks import check_non_negative, check_split_batch_size
 from lightning_shard.comm.collectives import world_size
 from lightning_shard.comm.topology import Topology, resolve_topology
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
-from lightning_shard.loaders.resumable import Position, ResumableLoaderMixin
+from lightning_shard.loaders.position import Position
+from lightning_shard.loaders.resumable import ResumableLoaderMixin
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
 from lightning_shard.loaders.variants import stateful_loader_class

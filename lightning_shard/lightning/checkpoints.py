@@ -28,7 +28,7 @@ from collections.abc import Callable
 import lightning.pytorch as pl
 
 from lightning_shard.lightning.stages import ShardLoader, flatten_loaders, is_shard_loader
-from lightning_shard.loaders.resumable import Consumed
+from lightning_shard.loaders.position import Consumed
 from lightning_shard.loaders.state import LoaderState
 
 

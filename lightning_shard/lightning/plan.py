@@ -9,7 +9,7 @@ from lightning.fabric.utilities.data import sized_len
 
 from lightning_shard.lightning.schedulers import SchedulerScaling, ShortSchedule
 from lightning_shard.lightning.stages import ShardLoader
-from lightning_shard.loaders.resumable import ShardingInfo
+from lightning_shard.loaders.position import ShardingInfo
 from lightning_shard.sampling.balance import is_balanced
 
 

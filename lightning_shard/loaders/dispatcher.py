@@ -19,7 +19,8 @@ from lightning_shard.comm.topology import Topology, resolve_topology
 from lightning_shard.comm.tree import batch_length, concatenate, same_layout, send_to_device, slice_batch
 from lightning_shard.comm.wire import Channel, Status
 from lightning_shard.loaders.cursor import EpochCursor
-from lightning_shard.loaders.resumable import ResumableLoaderMixin, ShardingInfo
+from lightning_shard.loaders.position import ShardingInfo
+from lightning_shard.loaders.resumable import ResumableLoaderMixin
 from lightning_shard.loaders.settings import check_stateful_class, loader_settings, sampler_kind
 from lightning_shard.loaders.state import decode_generator_state
 

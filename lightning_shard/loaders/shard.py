@@ -20,7 +20,8 @@ from lightning_shard.comm.rng import normalize_rng_types, synchronize_rng_states
 from lightning_shard.comm.topology import Topology
 from lightning_shard.comm.tree import send_to_device
 from lightning_shard.loaders.cursor import EpochCursor
-from lightning_shard.loaders.resumable import ResumableLoaderMixin, ShardingInfo
+from lightning_shard.loaders.position import ShardingInfo
+from lightning_shard.loaders.resumable import ResumableLoaderMixin
 from lightning_shard.loaders.settings import check_stateful_class, loader_settings, sampler_kind
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.samplers import SampleShard

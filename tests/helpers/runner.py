@@ -26,6 +26,17 @@ def run_scenario(name: str, out: Path, timeout: float = 240.0) -> str:
 
 def run_command(command: list[str], timeout: float, cwd: Path = ROOT) -> str:
     """Run ``command`` (and what it starts) in a new session; fail the test on error or timeout."""
+    returncode, output = finish(command, timeout, cwd)
+    if returncode != 0:
+        pytest.fail(f"`{' '.join(command)}` failed ({returncode}):\n{output[-6000:]}")
+    return output
+
+
+def finish(command: list[str], timeout: float, cwd: Path = ROOT) -> tuple[int, str]:
+    """Run ``command`` in a new session until every process holding its output has ended; fail on timeout.
+
+    Returns its exit code and output. What it left running is killed.
+    """
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "default"}
     process = subprocess.Popen(
         command,
@@ -37,16 +48,15 @@ def run_command(command: list[str], timeout: float, cwd: Path = ROOT) -> str:
         start_new_session=True,
     )
     try:
+        # NOTE: the output pipe closes when the last process holding it (every rank) has exited.
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         kill_group(process.pid)
         output, _ = process.communicate()
-        pytest.fail(f"`{' '.join(command)}` timed out after {timeout}s:\n{output[-6000:]}")
+        pytest.fail(f"`{' '.join(command)}` hung for {timeout}s:\n{output[-6000:]}")
     finally:
         kill_group(process.pid)
-    if process.returncode != 0:
-        pytest.fail(f"`{' '.join(command)}` failed ({process.returncode}):\n{output[-6000:]}")
-    return output
+    return process.returncode, output
 
 
 def kill_group(pid: int) -> None:

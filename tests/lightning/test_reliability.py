@@ -10,9 +10,7 @@ and collected in ``benchmarks/RELIABILITY.md``; the tests only bound them, to ca
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -21,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.runner import ROOT, kill_group, script
+from tests.helpers.runner import finish, script
 from tests.scripts.reliability import FREEZE_TIMEOUT, KILL_AT, LENGTH
 
 pytestmark = pytest.mark.lightning
@@ -42,27 +40,8 @@ class Launch:
 
 def launch(name: str, out: Path, *args: str) -> Launch:
     """Run scenario ``name`` in a new session; wait until every process writing its output has ended."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "default"}
-    command = script("reliability", name, str(out), *args)
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        start_new_session=True,
-    )
-    try:
-        # NOTE: the output pipe closes when the last process holding it (either rank) has exited.
-        output, _ = process.communicate(timeout=LAUNCH_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        kill_group(process.pid)
-        output, _ = process.communicate()
-        pytest.fail(f"`{' '.join(command)}` hung for {LAUNCH_TIMEOUT}s:\n{output[-6000:]}")
-    finally:
-        kill_group(process.pid)
-    return Launch(process.returncode, output, time.time())
+    returncode, output = finish(script("reliability", name, str(out), *args), LAUNCH_TIMEOUT)
+    return Launch(returncode, output, time.time())
 
 
 def succeeded(name: str, out: Path, *args: str) -> Launch:
