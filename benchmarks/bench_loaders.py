@@ -251,10 +251,12 @@ def resume_elsewhere(
 
 
 def _first_batches(user: Callable[[], DataLoader], num_processes: int, rank: int, steps: int) -> list[int]:
-    """The samples process ``rank`` of ``num_processes`` consumed in its first ``steps`` batches."""
+    """The samples process ``rank`` of ``num_processes`` consumed in its first ``steps`` batches.
+
+    NOTE: through the loader itself: starting its iterator draws from the shared generator first.
+    """
     loader = prepare_data_loader(user(), num_processes=num_processes, process_index=rank)
-    shard = loader.batch_sampler.batch_sampler  # NOTE: indices only, no sample is loaded
-    return [index for batch in itertools.islice(iter(shard), steps) for index in batch]
+    return [int(index) for batch in itertools.islice(iter(loader), steps) for index in batch]
 
 
 def main() -> None:
