@@ -148,7 +148,10 @@ class ShardAuditCallback(Callback):
         """Record what ``loader``'s training steps consume; call it before the loader's first ``iter()``."""
         cursor = loader.cursor
         if cursor is None:
-            self._explain("its dataset is iterable, so its samples have no indices to record")
+            self._explain(
+                "its dataset is iterable, so its samples have no indices to record (a stream's samples read, "
+                "padded and left unseen are logged at each epoch's end)"
+            )
             return
         state = _state(loader, 0)
         if state.dataset_length is None or state.batch_size is None:

@@ -10,6 +10,7 @@ from lightning.fabric.utilities.data import sized_len
 from lightning_shard.lightning.schedulers import SchedulerScaling
 from lightning_shard.lightning.stages import ShardLoader
 from lightning_shard.loaders.resumable import ShardingInfo
+from lightning_shard.loaders.streams import describe_stream
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class ShardPlan:
         dropped_samples: samples left out because of ``drop_last=True``.
         scheduler_scaling: how ``interval="step"`` schedulers are stepped.
         mode: ``"shard"`` (each process loads its part) or ``"dispatch"`` (process 0 loads).
+        stream: how an iterable dataset is split and how uneven ends are handled (``None``: map-style).
     """
 
     num_processes: int
@@ -40,15 +42,22 @@ class ShardPlan:
     dropped_samples: int | None
     scheduler_scaling: str
     mode: str
+    stream: str | None = None
 
     def __str__(self) -> str:
         steps = "an unknown number of" if self.steps_per_epoch is None else str(self.steps_per_epoch)
         padded = "unknown" if self.padded_samples is None else str(self.padded_samples)
+        padding = (
+            f", {padded} samples padded in the last step"
+            if self.padded_samples is not None or not self.stream
+            else ""
+        )
         dropped = f", {self.dropped_samples} dropped (drop_last)" if self.dropped_samples else ""
         return (
             f"lightning_shard plan: {_count(self.num_processes, 'process')} ({self.mode}), batch size "
             f"{self.process_batch_size} per process and {self.global_batch_size} global, {steps} optimizer "
-            f"steps per epoch, {padded} samples padded in the last step{dropped}, {self.scheduler_scaling}"
+            f"steps per epoch{padding}{dropped}, {self.scheduler_scaling}"
+            + (f"; stream: {self.stream}" if self.stream else "")
         )
 
 
@@ -87,6 +96,7 @@ def plan_for(
         dropped_samples=dropped,
         scheduler_scaling=scaling.describe(),
         mode=state.mode,
+        stream=describe_stream(loader),
     )
 
 

@@ -37,6 +37,12 @@ from lightning_shard.lightning.stages import (
     stage_defaults,
     stage_key,
 )
+from lightning_shard.lightning.stream_evaluation import (
+    gather_stream_for_metrics,
+    is_stream_loader,
+    take_stream_padding,
+)
+from lightning_shard.loaders.streams import StreamReport
 from lightning_shard.optim import ShardOptimizer
 from lightning_shard.options import ShardOptions, StrategyOptions
 
@@ -64,6 +70,7 @@ class ShardingMixin:
         self.strategy_options = strategy_options
         self._shard_plan: ShardPlan | None = None
         self._dataloader_idx = 0
+        self._stream_padding = 0
         self._connected_trainer: pl.Trainer | None = None
         self._epoch_callback = ShardEpochCallback()
         audit = strategy_options.audit
@@ -106,6 +113,11 @@ class ShardingMixin:
                 f"`{type(self).__name__}` is not connected to a trainer yet; pass it to `Trainer(strategy=...)`."
             )
         return self._connected_trainer
+
+    @property
+    def stream_reports(self) -> list[StreamReport]:
+        """Each finished training epoch's report of a stream: samples read, padded, left unseen, per process."""
+        return self._epoch_callback.stream_reports
 
     @property
     def audits(self) -> list[EpochAudit]:
@@ -174,6 +186,8 @@ class ShardingMixin:
 
     def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
         self._dataloader_idx = dataloader_idx
+        # NOTE: once per consumed batch, after Lightning's read-ahead (see `lightning/stream_evaluation.py`).
+        self._stream_padding = take_stream_padding(self.current_loader())
         return super().batch_to_device(batch, device, dataloader_idx)  # type: ignore[misc]
 
     def on_train_start(self) -> None:
@@ -203,6 +217,8 @@ class ShardingMixin:
         loader = self.current_loader()
         if loader is not None:
             _check_even(loader, self.topology.num_processes)
+        if is_stream_loader(loader):
+            return gather_stream_for_metrics(data, self._stream_padding)
         gathered = gather_in_process_order(data)
         if loader is None or not loader.end_of_dataloader or loader.remainder <= 0:
             return gathered

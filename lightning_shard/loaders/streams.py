@@ -28,6 +28,7 @@ import torch.distributed as dist
 from lightning_shard.comm.collectives import communication_device, is_distributed
 from lightning_shard.loaders.resumable import ShardingInfo
 from lightning_shard.loaders.state import LoaderState
+from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.native_stream import NATIVE, NativeStreamShard
 
 PAD, SHORTEST, OWN = "pad", "shortest", "own"
@@ -297,6 +298,29 @@ class _Agreement:
         self._pending = None
         work.wait()
         return [int(value) for value in vector.tolist()]
+
+
+_ENDS_TEXT = {
+    PAD: "uneven ends padded by restarting the shorter shares (padded samples counted at each epoch's end)",
+    SHORTEST: "all stop at the shortest stream (samples left unseen reported at each epoch's end)",
+    OWN: "each process reads its part to its end",
+}
+
+
+def describe_stream(loader: Any) -> str | None:
+    """How ``loader``'s stream is split and its uneven ends handled, for the plan line (``None``: no stream)."""
+    dataset, stream = getattr(loader, "dataset", None), getattr(loader, "stream", None)
+    if isinstance(dataset, NativeStreamShard):
+        how = (
+            f"native, each process reads only its share of {dataset.dataset.n_shards} shards"
+            if dataset.kind == NATIVE
+            else "split by rank by the dataset itself (passed through)"
+        )
+    elif isinstance(dataset, IterableDatasetShard):
+        how = "strided, every process reads the whole stream"
+    else:
+        return None
+    return f"{how}; {_ENDS_TEXT[stream.policy]}" if stream is not None else how
 
 
 def native_sharding(shard: NativeStreamShard, stream: StreamRun | None, drop_last: bool) -> ShardingInfo:

@@ -78,7 +78,8 @@ def choose_stream_sharding(
     if mode == NATIVE:
         error = TypeError if "does not implement" in missing else ValueError
         raise error(
-            f"`iterable_sharding='native'`, but the dataset ({type(dataset).__name__}) {missing}. Give it "
+            f"`iterable_sharding='native'`, but the dataset ({type(dataset).__name__}) cannot be read natively: "
+            f"{missing}. Give it "
             "`n_shards` and `shard(num_shards, index)` with at least one shard per process (see the README, "
             "\"Streaming data\"), or use `iterable_sharding='auto'` to fall back to striding."
         )
@@ -109,10 +110,10 @@ class StreamShardingWarning(UserWarning):
 def _cannot_shard(dataset: Any, num_processes: int) -> str | None:
     """Why ``dataset`` cannot give each of ``num_processes`` processes a shard, or ``None`` if it can."""
     if not isinstance(dataset, ShardableStream):
-        return "does not implement `n_shards` and `shard(num_shards, index)`"
+        return "it does not implement `n_shards` and `shard(num_shards, index)`"
     shards = dataset.n_shards
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < num_processes:
-        return f"has {shards} shards for {num_processes} processes"
+        return f"it has {shards} shards for {num_processes} processes"
     return None
 
 
