@@ -41,28 +41,33 @@ class StreamRecorder(Recorder):
         x = torch.stack([features(int(index)) for index in ids])
         return nn.functional.mse_loss(self.layer(x), x.sum(dim=1, keepdim=True))
 
+    def predict_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> Tensor:
+        return batch["id"]
+
 
 def _ids(lengths: list[int], batch_size: int = 4, **kwargs: Any) -> DataLoader:
     return DataLoader(hf_id_stream(lengths), batch_size=batch_size, **kwargs)
 
 
-def _predict(out: Path, name: str, loader: DataLoader) -> None:
+def _predict(out: Path, loaders: dict[str, DataLoader]) -> None:
+    """Predict over several loaders in one run; each process writes the ids it predicted, per loader."""
     run = trainer(out)
-    predictions = run.predict(StreamRecorder(str(out)), loader)
-    ids = [int(i) for batch in predictions or [] for i in batch]
-    (out / f"{name}_rank{run.global_rank}.json").write_text(json.dumps(ids))
+    predictions: Any = run.predict(StreamRecorder(str(out)), list(loaders.values()))
+    for name, batches in zip(loaders, predictions, strict=True):
+        ids = [int(i) for batch in batches for i in batch]
+        (out / f"{name}_rank{run.global_rank}.json").write_text(json.dumps(ids))
 
 
 def uneven(out: Path) -> None:
     """Padding (training and validation), stopping at the shortest, and predict, native and strided."""
     pad = out / "pad"
     model = StreamRecorder(str(pad))
-    trainer(pad, max_epochs=2).fit(model, _ids(TRAIN_SHARDS), _ids(VAL_SHARDS))
+    trainer(pad, max_epochs=1).fit(model, _ids(TRAIN_SHARDS), _ids(VAL_SHARDS))
     shortest = out / "shortest"
     strategy = ShardStrategy(even_batches=False)
     trainer(shortest, strategy=strategy, max_epochs=1).fit(StreamRecorder(str(shortest)), _ids(TRAIN_SHARDS))
-    _predict(out, "predict_native", _ids(VAL_SHARDS, batch_size=3))
-    _predict(out, "predict_strided", DataLoader(IdStream(37), batch_size=4, collate_fn=_as_ids))
+    strided = DataLoader(IdStream(37), batch_size=4, collate_fn=_as_ids)
+    _predict(out, {"predict_native": _ids(VAL_SHARDS, batch_size=3), "predict_strided": strided})
 
 
 def _as_ids(batch: list[int]) -> dict[str, Tensor]:
