@@ -27,3 +27,4 @@ bench: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_index.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_loaders.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_lightning.py
+	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_streaming.py
