@@ -45,6 +45,7 @@ bench: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_index.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_loaders.py
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_lightning.py
+	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_streaming.py
 
 # NOTE: needs a CUDA build of torch (on Linux x86-64, PyPI's torch==2.13.0 is one) and 2 GPUs for every test;
 # with fewer, the tests that need more are skipped and listed as such.

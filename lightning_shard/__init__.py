@@ -20,6 +20,7 @@ from lightning_shard.loaders.dispatcher import DataLoaderDispatcher, StatefulDat
 from lightning_shard.loaders.position import Consumed, ResumeHook
 from lightning_shard.loaders.shard import DataLoaderShard, StatefulDataLoaderShard
 from lightning_shard.loaders.state import LoaderState
+from lightning_shard.loaders.streams import StreamReport
 from lightning_shard.loaders.variants import stateful_loader_class
 from lightning_shard.optim import ShardOptimizer, ShardScheduler
 from lightning_shard.options import ShardOptions, StrategyOptions
@@ -27,6 +28,7 @@ from lightning_shard.prepare import prepare_data_loader, skip_first_batches
 from lightning_shard.sampling.batch_shard import BatchSamplerShard
 from lightning_shard.sampling.index_source import SeekableBatchSampler
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
+from lightning_shard.sampling.native_stream import NativeStreamShard, ShardableStream, StreamShardingWarning
 from lightning_shard.sampling.samplers import SeedableRandomSampler, SkipBatchSampler
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "DataLoaderShard",
     "IterableDatasetShard",
     "LoaderState",
+    "NativeStreamShard",
     "ResumeHook",
     "SeedableRandomSampler",
     "SeekableBatchSampler",
@@ -51,10 +54,13 @@ __all__ = [
     "ShardPredictionWriter",
     "ShardScheduler",
     "ShardStrategy",
+    "ShardableStream",
     "ShardingMixin",
     "SkipBatchSampler",
     "StatefulDataLoaderDispatcher",
     "StatefulDataLoaderShard",
+    "StreamReport",
+    "StreamShardingWarning",
     "StrategyOptions",
     "prepare_data_loader",
     "skip_first_batches",

@@ -19,6 +19,8 @@ from lightning_shard.comm.rng import RNG_TYPES
 from lightning_shard.sampling.balance import EvenBatches, check_even_batches
 
 _DOC = "doc"
+ITERABLE_SHARDING = ("auto", "native", "stride")
+"""The values of ``iterable_sharding`` (docs/DESIGN.md, "Streaming data")."""
 _STRATEGY_DEFAULT = "strategy_default"
 
 
@@ -82,10 +84,24 @@ class ShardOptions:
         "num_processes=)`; default slices every tensor and list of scalars along dim 0.",
     )
 
+    iterable_sharding: str = _option(
+        "auto",
+        'How an `IterableDataset` is split across processes. `"native"`: each process reads only its share '
+        "(a dataset with `n_shards` and `shard(num_shards, index)`, e.g. a Hugging Face "
+        '`datasets.IterableDataset`; one that already splits itself by rank is passed through). `"stride"`: '
+        'every process reads the whole stream and keeps its slice (the reference). `"auto"`: native when the '
+        "dataset can give every process a shard, else stride (rank 0 says why).",
+    )
+
     def __post_init__(self) -> None:
         for name in _FLAGS:
             check_bool(name, getattr(self, name))
         check_even_batches(self.even_batches)
+        if self.iterable_sharding not in ITERABLE_SHARDING:
+            raise ValueError(
+                f"`iterable_sharding` must be one of {list(ITERABLE_SHARDING)}, got {self.iterable_sharding!r}. "
+                'Use "auto" (the default), "native" or "stride".'
+            )
         if self.dispatch_batches is not None:
             check_bool("dispatch_batches", self.dispatch_batches)
         if self.slice_fn_for_dispatch is not None and not callable(self.slice_fn_for_dispatch):

@@ -16,11 +16,18 @@ from lightning_shard.loaders.position import Position
 from lightning_shard.loaders.resumable import ResumableLoaderMixin
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
+from lightning_shard.loaders.streams import PAD, SHORTEST
 from lightning_shard.loaders.variants import stateful_loader_class
 from lightning_shard.options import ShardOptions
 from lightning_shard.sampling.balance import BALANCED, EvenBatches
 from lightning_shard.sampling.batch_shard import BatchSamplerShard
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
+from lightning_shard.sampling.native_stream import (
+    STRIDE,
+    NativeStreamShard,
+    choose_stream_sharding,
+    say_fallback,
+)
 from lightning_shard.sampling.samplers import SampleShard, SeedableRandomSampler
 
 
@@ -40,6 +47,7 @@ def prepare_data_loader(
     non_blocking: bool = False,
     use_stateful_dataloader: bool = False,
     torch_device_mesh: Any = None,
+    iterable_sharding: str = "auto",
 ) -> DataLoaderShard | DataLoaderDispatcher:
     """Wrap ``dataloader`` so this process yields only its part of every global batch.
 
@@ -63,8 +71,14 @@ def prepare_with_options(
     *,
     device: torch.device | str | None = None,
     device_mesh: Any = None,
+    uneven_streams: str = SHORTEST,
 ) -> DataLoaderShard | DataLoaderDispatcher:
-    """``prepare_data_loader`` for an already checked ``ShardOptions`` and topology."""
+    """``prepare_data_loader`` for an already checked ``ShardOptions`` and topology.
+
+    ``uneven_streams`` is what a stream does with ``even_batches=False``: ``"shortest"`` (every process
+    stops when one stream ends, safe for a training loop) or ``"own"`` (each process reads its share to
+    its end: predict, where no step is collective).
+    """
     _check_loader(dataloader)
     dispatch = _resolve_dispatch(dataloader, options)
     if options.split_batches:
@@ -73,7 +87,8 @@ def prepare_with_options(
         _check_dispatch_mesh(device_mesh, topology)
         return _build_dispatcher(dataloader, options, topology, device)
     if isinstance(dataloader.dataset, IterableDataset):
-        return _build_iterable_shard(dataloader, options, topology, device)
+        policy = PAD if options.even_batches else uneven_streams
+        return _build_iterable_shard(dataloader, options, topology, device, policy)
     return _build_map_shard(dataloader, options, topology, device)
 
 
@@ -102,7 +117,10 @@ def _check_loader(dataloader: Any) -> None:
 def _check_not_sharded(dataloader: DataLoader) -> None:
     """Refuse a loader built on our own shards: preparing it would shard the shard."""
     for part in (_batch_sampler(dataloader), dataloader.dataset):
-        if isinstance(part, (BatchSamplerShard, IterableDatasetShard)) and part.num_processes > 1:
+        if (
+            isinstance(part, (BatchSamplerShard, IterableDatasetShard, NativeStreamShard))
+            and part.num_processes > 1
+        ):
             raise ValueError(
                 f"`dataloader` is built on a {type(part).__name__} with `num_processes={part.num_processes}`, "
                 "which already shards it; preparing it would give each process a fraction of its share. "
@@ -231,20 +249,36 @@ def _usable_rng_types(options: ShardOptions, generator: torch.Generator | None) 
 
 
 def _build_iterable_shard(
-    dataloader: DataLoader, options: ShardOptions, topology: Topology, device: Any
+    dataloader: DataLoader, options: ShardOptions, topology: Topology, device: Any, policy: str
 ) -> DataLoaderShard:
-    batch_size = dataloader.batch_size or 1
-    dataset = IterableDatasetShard(
-        dataloader.dataset,
-        batch_size=batch_size,
-        drop_last=dataloader.drop_last,
-        num_processes=topology.num_processes,
-        process_index=topology.process_index,
-        split_batches=options.split_batches,
-        even_batches=topology.num_processes > 1,
+    """A loader over this process's part of a stream: its own share (native), or a stride of all of it."""
+    sharding = choose_stream_sharding(
+        dataloader.dataset, options.iterable_sharding, topology.num_processes, dataloader.num_workers
     )
-    generator = getattr(dataloader.dataset, "generator", None)
-    generator = generator if isinstance(generator, torch.Generator) else None
+    say_fallback(sharding, topology.num_processes, topology.process_index)
+    batch_size = dataloader.batch_size or 1
+    if sharding.kind == STRIDE:
+        dataset: IterableDataset = IterableDatasetShard(
+            dataloader.dataset,
+            batch_size=batch_size,
+            drop_last=dataloader.drop_last,
+            num_processes=topology.num_processes,
+            process_index=topology.process_index,
+            split_batches=options.split_batches,
+            even_batches=topology.num_processes > 1 and policy == PAD,
+        )
+        generator = getattr(dataloader.dataset, "generator", None)
+        generator = generator if isinstance(generator, torch.Generator) else None
+    else:
+        dataset = NativeStreamShard(
+            dataloader.dataset,
+            sharding.kind,
+            topology.num_processes,
+            topology.process_index,
+            batch_size=dataloader.batch_size,
+            split_batches=options.split_batches,
+        )
+        generator = None
     per_process = batch_size // topology.num_processes if options.split_batches else batch_size
     return _loader_class(DataLoaderShard, options)(
         dataset,
@@ -256,6 +290,7 @@ def _build_iterable_shard(
         topology=topology,
         batch_size=per_process if dataloader.batch_size is not None else None,
         drop_last=dataloader.drop_last,
+        stream_ends=policy,
         **loader_settings(dataloader),
     )
 

@@ -162,7 +162,10 @@ class ShardAuditCallback(Callback):
         self._records = records
         cursor = loader.cursor
         if cursor is None:
-            self._explain("its dataset is iterable, so its samples have no indices to record")
+            self._explain(
+                "its dataset is iterable, so its samples have no indices to record (a stream's samples read, "
+                "padded and left unseen are logged at each epoch's end)"
+            )
             return
         sharding = loader.sharding
         if sharding.dataset_length is None or sharding.batch_size is None:

@@ -1,13 +1,16 @@
-"""The callback ``ShardStrategy`` adds to its trainer: it keeps the training loaders' epoch in step."""
+"""The callback ``ShardStrategy`` adds to its trainer: it keeps the training loaders' epoch in step, and
+reports each epoch of a stream (docs/DESIGN.md, "Streaming data")."""
 
 from __future__ import annotations
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
 from lightning_shard.lightning.continuity import TrainingLoaderRounds
 from lightning_shard.lightning.stages import flatten_loaders, is_shard_loader
+from lightning_shard.loaders.streams import StreamReport
 
 _RELOAD = "reload_dataloaders_every_n_epochs"
 """The ``Trainer`` argument, kept as a plain attribute of the trainer (set by a connector, unseen by mypy)."""
@@ -23,6 +26,8 @@ class ShardEpochCallback(Callback):
     def __init__(self, rounds: TrainingLoaderRounds | None = None) -> None:
         self._reload_setting: int | None = None
         self._rounds = rounds
+        self.stream_reports: list[StreamReport] = []
+        """Each finished training epoch's ``StreamReport`` (loaders over a stream that may end unevenly)."""
 
     def reload_next_epoch(self, trainer: pl.Trainer) -> None:
         """Have Lightning rebuild the loaders (and measure their length) at the next epoch, once."""
@@ -46,6 +51,15 @@ class ShardEpochCallback(Callback):
         for loader in flatten_loaders(trainer.train_dataloader):
             if is_shard_loader(loader) and loader.epoch != trainer.current_epoch:
                 loader.set_epoch(trainer.current_epoch)
+
+    @override
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Rank 0 logs each stream's epoch: samples read per process, padded, left unseen."""
+        for loader in flatten_loaders(trainer.train_dataloader):
+            report = getattr(getattr(loader, "stream", None), "report", None)
+            if report is not None and report.epoch == trainer.current_epoch:
+                self.stream_reports.append(report)
+                rank_zero_info(f"lightning_shard {report.summary()}")
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -10,6 +10,7 @@ from lightning.fabric.utilities.data import sized_len
 from lightning_shard.lightning.schedulers import SchedulerScaling, ShortSchedule
 from lightning_shard.lightning.stages import ShardLoader
 from lightning_shard.loaders.position import ShardingInfo
+from lightning_shard.loaders.streams import describe_stream
 from lightning_shard.sampling.balance import is_balanced
 
 
@@ -30,6 +31,7 @@ class ShardPlan:
         scheduler_scaling: how ``interval="step"`` schedulers are stepped.
         short_schedulers: step schedulers whose schedule ends before the fit stops stepping them.
         mode: ``"shard"`` (each process loads its part) or ``"dispatch"`` (process 0 loads).
+        stream: how an iterable dataset is split and how uneven ends are handled (``None``: map-style).
     """
 
     num_processes: int
@@ -43,10 +45,16 @@ class ShardPlan:
     scheduler_scaling: str
     mode: str
     short_schedulers: tuple[str, ...] = ()
+    stream: str | None = None
 
     def __str__(self) -> str:
         steps = "an unknown number of" if self.steps_per_epoch is None else str(self.steps_per_epoch)
         padded = "unknown" if self.padded_samples is None else str(self.padded_samples)
+        padding = (
+            f", {padded} samples padded in the last step"
+            if self.padded_samples is not None or not self.stream
+            else ""
+        )
         dropped = f", {self.dropped_samples} dropped (drop_last)" if self.dropped_samples else ""
         sizes = (
             f"batch size {self.process_batch_size} per process and {self.global_batch_size} global"
@@ -55,8 +63,9 @@ class ShardPlan:
         )
         return (
             f"lightning_shard plan: {_count(self.num_processes, 'process')} ({self.mode}), {sizes}, {steps} optimizer "
-            f"steps per epoch, {padded} samples padded in the last step{dropped}, {self.scheduler_scaling}"
+            f"steps per epoch{padding}{dropped}, {self.scheduler_scaling}"
             + "".join(f" (WARNING: {short}: it ends early)" for short in self.short_schedulers)
+            + (f"; stream: {self.stream}" if self.stream else "")
         )
 
 
@@ -97,6 +106,7 @@ def plan_for(
         scheduler_scaling=scaling.describe(),
         mode=state.mode,
         short_schedulers=tuple(short.describe() for short in short_schedulers or ()),
+        stream=describe_stream(loader),
     )
 
 

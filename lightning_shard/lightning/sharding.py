@@ -54,7 +54,13 @@ from lightning_shard.lightning.stages import (
     stage_defaults,
     stage_key,
 )
+from lightning_shard.lightning.stream_evaluation import (
+    gather_stream_for_metrics,
+    is_stream_loader,
+    take_stream_padding,
+)
 from lightning_shard.loaders.state import STATE_FORMAT
+from lightning_shard.loaders.streams import StreamReport
 from lightning_shard.optim import ShardOptimizer
 from lightning_shard.options import ShardOptions, StrategyOptions
 
@@ -83,6 +89,7 @@ class ShardingMixin:
         self.strategy_options = strategy_options
         self._shard_plan: ShardPlan | None = None
         self._dataloader_idx = 0
+        self._stream_padding = 0
         self._connected_trainer: pl.Trainer | None = None
         self._rounds = TrainingLoaderRounds()
         self._loaders_left_alone = False
@@ -150,6 +157,11 @@ class ShardingMixin:
                 f"`{type(self).__name__}` is not connected to a trainer yet; pass it to `Trainer(strategy=...)`."
             )
         return self._connected_trainer
+
+    @property
+    def stream_reports(self) -> list[StreamReport]:
+        """Each finished training epoch's report of a stream: samples read, padded, left unseen, per process."""
+        return self._epoch_callback.stream_reports
 
     @property
     def audits(self) -> list[EpochAudit]:
@@ -244,6 +256,8 @@ class ShardingMixin:
 
     def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
         self._dataloader_idx = dataloader_idx
+        # NOTE: once per consumed batch, after Lightning's read-ahead (see `lightning/stream_evaluation.py`).
+        self._stream_padding = take_stream_padding(self.current_loader())
         return super().batch_to_device(batch, device, dataloader_idx)  # type: ignore[misc]
 
     def on_train_start(self) -> None:
@@ -317,6 +331,8 @@ class ShardingMixin:
             )
         topology = self.topology
         sources = None if topology.rank_indices is None else topology.leaders
+        if is_stream_loader(loader):
+            return gather_stream_for_metrics(data, self._stream_padding, sources)
         gathered = gather_in_process_order(data, sources)
         if loader is None or not padded or not loader.end_of_dataloader:
             return gathered

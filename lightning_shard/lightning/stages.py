@@ -7,7 +7,7 @@ from typing import Any, TypeGuard
 import torch
 from lightning.fabric.utilities.data import sized_len
 from lightning.pytorch.trainer.states import RunningStage
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_shard.comm.collectives import all_gather_objects
 from lightning_shard.comm.rng import synchronize_rng_states
@@ -16,6 +16,7 @@ from lightning_shard.lightning._private import record_batch_indices, unwrap_inde
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
+from lightning_shard.loaders.streams import OWN
 from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_with_options
 from lightning_shard.sampling.balance import BALANCED
@@ -77,6 +78,9 @@ def prepare_for_stage(
 def _prepare_predict(
     dataloader: DataLoader, options: ShardOptions, topology: Topology, device: torch.device
 ) -> DataLoader:
+    if isinstance(dataloader.dataset, IterableDataset):
+        # NOTE: no end agreement: each process predicts its whole part of the stream, once.
+        return prepare_with_options(dataloader, options, topology, device=device, uneven_streams=OWN)
     inner = unwrap_index_batch_sampler(dataloader.batch_sampler)
     if inner is None:
         return prepare_with_options(dataloader, options, topology, device=device)

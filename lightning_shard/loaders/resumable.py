@@ -70,6 +70,13 @@ class ResumableLoaderMixin:
         """A loader with every setting of this one and a position of its own (at the epoch's start)."""
         raise NotImplementedError
 
+    def _stream_entries(self, steps: int) -> list[dict[str, Any]] | None:
+        """Each process's position in its own share of a stream, for the state (``None``: not such a loader)."""
+        return None
+
+    def _restore_streams(self, saved: LoaderState, info: ShardingInfo) -> None:
+        """Check and record the per-process stream positions of ``saved`` (nothing for other loaders)."""
+
     # -- what the loader is -----------------------------------------------------------------------
     @property
     def sharding(self) -> ShardingInfo:
@@ -279,6 +286,7 @@ class ResumableLoaderMixin:
             world_size=world_size() if is_distributed() else None,
             num_workers=int(getattr(self, "num_workers", 0)),
             sampler=info.sampler,
+            streams=self._stream_entries(steps),
         )
 
     def _next_epoch_state(self, epoch: int | None = None) -> dict[str, Any]:
@@ -309,6 +317,7 @@ class ResumableLoaderMixin:
         saved = LoaderState.from_dict(state_dict)
         info = self._sharding()
         _check_compatible(saved, info)
+        self._restore_streams(saved, info)
         resharded = saved.num_processes != info.num_processes
         # NOTE: another number of processes continues after everything consumed, its steps counted as taken.
         base, base_steps = (saved.consumed, saved.steps) if resharded else (saved.base, saved.base_steps)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
-from collections.abc import Iterator, Sized
+from collections.abc import Callable, Iterator, Sized
 from typing import Any
 
 import torch
@@ -18,12 +18,15 @@ from lightning_shard._checks import check_non_negative
 from lightning_shard.comm.collectives import all_gather_objects, communication_device, is_distributed
 from lightning_shard.comm.rng import normalize_rng_types, synchronize_rng_states
 from lightning_shard.comm.topology import Topology
-from lightning_shard.comm.tree import send_to_device
+from lightning_shard.comm.tree import batch_length, send_to_device
 from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.position import ShardingInfo
 from lightning_shard.loaders.resumable import ResumableLoaderMixin
 from lightning_shard.loaders.settings import check_stateful_class, loader_settings, sampler_kind
+from lightning_shard.loaders.state import LoaderState
+from lightning_shard.loaders.streams import PAD, SHORTEST, StreamRun, check_stream_state, native_sharding
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
+from lightning_shard.sampling.native_stream import NativeStreamShard
 from lightning_shard.sampling.samplers import SampleShard
 
 
@@ -46,6 +49,9 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         non_blocking: asynchronous host-to-device copies (useful with ``pin_memory=True``).
         topology: the data-parallel topology the shard was built for (``prepare_data_loader`` passes
             it); ``None``: the default process group is the data-parallel group.
+        stream_ends: for a stream whose processes may run out at different steps (a native share, or a
+            strided stream with ``even_batches=False``): ``"pad"``, ``"shortest"`` or ``"own"``
+            (``loaders/streams.py``; docs/DESIGN.md, "Streaming data").
         **kwargs: any other ``DataLoader`` argument.
 
     Raises:
@@ -63,6 +69,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         use_stateful_dataloader: bool = False,
         non_blocking: bool = False,
         *,
+        stream_ends: str = PAD,
         topology: Topology | None = None,
         **kwargs: Any,
     ) -> None:
@@ -76,6 +83,8 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         self.synchronized_generator = synchronized_generator
         self.use_stateful_dataloader = use_stateful_dataloader
         self.topology = topology
+        self.stream = _stream_run(dataset, stream_ends)
+        """The end agreement and per-process position of a stream that may end unevenly, else ``None``."""
         self._discard = 0
         self._init_position(skip_batches)
 
@@ -89,12 +98,14 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         shard = self._shard
         num_processes = getattr(shard, "num_processes", 1)
         split = bool(getattr(shard, "split_batches", False))
+        if isinstance(shard, NativeStreamShard):
+            return native_sharding(shard, self.stream, bool(self.drop_last))
         if isinstance(shard, IterableDatasetShard):
             return ShardingInfo(
                 mode="shard",
                 num_processes=num_processes,
                 split_batches=split,
-                even_batches=True,
+                even_batches=self.stream is None or self.stream.policy == PAD,
                 drop_last=shard.drop_last,
                 batch_size=shard.batch_size,
                 dataset_length=_length(shard.dataset),
@@ -124,8 +135,12 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
     def _seek(self, start: int, base: int) -> None:
         cursor = self.cursor
         self._discard = 0
+        if self.stream is not None:
+            self.stream.begin(start)
         if cursor is not None:
             cursor.rewind(start, base)
+        elif isinstance(self.dataset, NativeStreamShard):
+            return  # NOTE: its `StreamRun` skips; `check_stream_state` refused a `base` (another process count).
         elif isinstance(self.dataset, IterableDatasetShard):
             # NOTE: each worker iterates its own copy of the stream and the DataLoader interleaves
             # their batches, so with workers the batches to skip are dropped after interleaving: exact,
@@ -144,7 +159,9 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
             return cursor.length_after(base)
         if not isinstance(dataset, IterableDatasetShard):
             return DataLoader.__len__(self)
-        elements = dataset.length_after(base)
+        # NOTE: all stop at the shortest: the last process has the fewest elements of the last global batch.
+        shortest = self.stream is not None and self.stream.policy == SHORTEST
+        elements = dataset.length_after(base, dataset.num_processes - 1 if shortest else None)
         if self.batch_size is None:
             return elements
         rounded = math.floor if self.drop_last else math.ceil
@@ -179,6 +196,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
             use_stateful_dataloader=self.use_stateful_dataloader,
             non_blocking=self.non_blocking,
             topology=self.topology,
+            stream_ends=self.stream.policy if self.stream is not None else PAD,
             **kwargs,
         )
         twin.set_epoch(self.epoch)
@@ -188,8 +206,32 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         synchronize_rng_states(self.rng_types, self.synchronized_generator)
         self._begin_epoch()
-        batches = super().__iter__()
-        return self._look_ahead(itertools.islice(batches, self._discard, None) if self._discard else batches)
+        loaded = super().__iter__()
+        batches = itertools.islice(loaded, self._discard, None) if self._discard else loaded
+        if self.stream is not None:
+            return self._stream_epoch(batches, super().__iter__)
+        return self._look_ahead(batches)
+
+    def _stream_epoch(self, batches: Iterator[Any], restart: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+        """``_look_ahead`` for a stream that may end unevenly: ``StreamRun`` decides when all stop."""
+        assert self.stream is not None  # NOTE: `__iter__` calls this only for a stream.
+        device, non_blocking, progress = self.device, self.non_blocking, self._progress
+        rows = batch_length if self.batch_size is not None else _one
+        for batch in self.stream.batches(batches, restart, rows, self._epoch):
+            progress.steps += 1
+            yield batch if device is None else send_to_device(batch, device, non_blocking)
+        progress.end = True
+        self._finish_epoch()
+
+    # -- per-process stream positions (docs/DESIGN.md, "Streaming data") ------------------------------
+    def _stream_entries(self, steps: int) -> list[dict[str, Any]] | None:
+        return None if self.stream is None else self.stream.entries(steps)
+
+    def _restore_streams(self, saved: LoaderState, info: ShardingInfo) -> None:
+        check_stream_state(saved, info.sampler, info.num_processes)
+        if self.stream is not None:
+            ends = [entry["ended_at"] for entry in saved.streams or []]
+            self.stream.restore(ends if len(ends) == info.num_processes else None)
 
     def _look_ahead(self, batches: Iterator[Any]) -> Iterator[Any]:
         """Yield batches one behind the DataLoader, so the last one is known to be the last."""
@@ -282,12 +324,25 @@ class _EndAgreement:
             )
 
 
+def _stream_run(dataset: Any, policy: str) -> StreamRun | None:
+    """A ``StreamRun`` for a native share, or for a strided stream that does not pad; else ``None``."""
+    if isinstance(dataset, NativeStreamShard):
+        return StreamRun(policy, dataset.num_processes, dataset.process_index, resumable=True)
+    if isinstance(dataset, IterableDatasetShard) and policy != PAD:
+        return StreamRun(policy, dataset.num_processes, dataset.process_index, resumable=False)
+    return None
+
+
+def _one(batch: Any) -> int:
+    return 1
+
+
 def _user_dataset(dataset: Any) -> Any:
-    return dataset.dataset if isinstance(dataset, IterableDatasetShard) else dataset
+    return dataset.dataset if isinstance(dataset, (IterableDatasetShard, NativeStreamShard)) else dataset
 
 
 def _length(dataset: Any) -> int | None:
-    if isinstance(dataset, IterableDatasetShard):
+    if isinstance(dataset, (IterableDatasetShard, NativeStreamShard)):
         return _length(dataset.dataset)
     return len(dataset) if isinstance(dataset, Sized) else None
 

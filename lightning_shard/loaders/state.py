@@ -46,7 +46,12 @@ class LoaderState:
         world_size: processes in the job (more than ``num_processes`` when tensor-parallel peers share
             batches); ``None`` without a process group.
         num_workers: the loader's ``DataLoader`` workers.
-        sampler: the kind of index source: the index sampler's class name, or ``"iterable"``.
+        sampler: the kind of index source: the index sampler's class name, ``"iterable"`` (a strided
+            stream), ``"native-stream"`` or ``"self-split-stream"``.
+        streams: for a stream each process reads its own share of, one entry per process (rank
+            order): ``{"ended_at": step}``, the step at which that process's share ended in this epoch
+            (``None``: not yet); it tells where each process is, padding included (docs/DESIGN.md,
+            "Streaming data").
     """
 
     mode: str
@@ -66,6 +71,7 @@ class LoaderState:
     world_size: int | None = None
     num_workers: int = 0
     sampler: str | None = None
+    streams: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The state as plain data, with its format and version."""
@@ -141,10 +147,27 @@ def _valid(name: str, value: Any) -> bool:
         return value in ("shard", "dispatch")
     if name == "sampler_seed":
         return value is None or is_int
+    if name == "streams":
+        return value is None or (isinstance(value, list) and all(_valid_stream(entry) for entry in value))
     return value is None or isinstance(value, str)
 
 
-_OPTIONAL = ("generator_state", "sampler_seed", "base_steps", "world_size", "num_workers", "sampler")
+_OPTIONAL = (
+    "generator_state",
+    "sampler_seed",
+    "base_steps",
+    "world_size",
+    "num_workers",
+    "sampler",
+    "streams",
+)
+
+
+def _valid_stream(entry: Any) -> bool:
+    if not isinstance(entry, dict) or set(entry) != {"ended_at"}:
+        return False
+    end = entry["ended_at"]
+    return end is None or (isinstance(end, int) and not isinstance(end, bool) and end >= 0)
 
 
 def _describe(value: Any) -> str:

@@ -86,15 +86,15 @@ class IterableDatasetShard(IterableDataset):
         """Elements this process yields; exact for ``split_batches`` too (unlike the reference)."""
         return self.length_after(0)
 
-    def length_after(self, consumed: int) -> int:
-        """Elements this process yields once the first ``consumed`` elements of the stream are gone."""
+    def length_after(self, consumed: int, process_index: int | None = None) -> int:
+        """Elements this process (or process ``process_index``) yields once ``consumed`` elements are gone."""
         length = max(len(self.dataset) - consumed, 0)
         full, rest = divmod(length, self.global_batch_size)
         if self.drop_last or rest == 0:
             return full * self.process_batch_size
         if self.even_batches:
             return (full + 1) * self.process_batch_size
-        lo = self.process_index * self.process_batch_size
+        lo = (self.process_index if process_index is None else process_index) * self.process_batch_size
         return full * self.process_batch_size + min(max(rest - lo, 0), self.process_batch_size)
 
     def _seed_dataset_generator(self) -> None:

@@ -57,3 +57,59 @@ class ShuffledIdStream(IterableDataset):
         if self.generator is None:
             return iter(range(self.length))
         return iter(torch.randperm(self.length, generator=self.generator).tolist())
+
+
+def contiguous_groups(count: int, num_groups: int, index: int) -> range:
+    """Which of ``count`` pieces group ``index`` of ``num_groups`` holds: contiguous, the first ones larger
+    (how Hugging Face ``datasets`` assigns shards)."""
+    size, extra = divmod(count, num_groups)
+    start = index * size + min(index, extra)
+    return range(start, start + size + (index < extra))
+
+
+class IdShardsStream(IterableDataset):
+    """The ids of each shard in turn; implements the ``n_shards`` / ``shard(num_shards, index)`` protocol.
+
+    Every element read is also appended to ``log`` (a file path) when given, so a test can count reads
+    across processes and ``DataLoader`` workers.
+    """
+
+    def __init__(self, shards: Sequence[Sequence[int]], log: str | None = None) -> None:
+        self.shards = [list(shard) for shard in shards]
+        self.log = log
+
+    @property
+    def n_shards(self) -> int:
+        return len(self.shards)
+
+    def shard(self, num_shards: int, index: int) -> IdShardsStream:
+        picked = contiguous_groups(len(self.shards), num_shards, index)
+        return IdShardsStream([self.shards[i] for i in picked], self.log)
+
+    def __iter__(self) -> Iterator[int]:
+        for shard in self.shards:
+            for index in shard:
+                if self.log is not None:
+                    with open(self.log, "a") as log:
+                        log.write(f"{index}\n")
+                yield index
+
+
+class RankSplitIdStream(IterableDataset):
+    """A stream that splits itself by rank (and worker), as LitData's ``StreamingDataset`` does: process
+    ``r`` of ``N`` reads shards ``r, r + N, ...``; it declares it with ``splits_by_rank = True``."""
+
+    splits_by_rank = True
+
+    def __init__(self, shards: Sequence[Sequence[int]]) -> None:
+        self.shards = [list(shard) for shard in shards]
+
+    def __iter__(self) -> Iterator[int]:
+        import torch.distributed as dist
+        from torch.utils.data import get_worker_info
+
+        rank, size = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+        info = get_worker_info()
+        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+        for shard in self.shards[rank::size][worker::workers]:
+            yield from shard

@@ -1,0 +1,208 @@
+"""Streams that shard themselves: the protocol, its detection, and one process's share (docs/DESIGN.md,
+"Streaming data").
+
+Striding (``IterableDatasetShard``) makes every process read the whole stream and keep ``1/N`` of it.
+A dataset that can split itself is read once in total instead: process ``r`` iterates
+``dataset.shard(N, r)`` and, with ``DataLoader`` workers, worker ``w`` of ``W`` iterates
+``share.shard(W, w)`` (a Hugging Face ``datasets.IterableDataset`` splits its share among workers
+itself). A dataset that already splits itself by rank is passed through untouched.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from torch.utils.data import IterableDataset, get_worker_info
+
+STRIDE, NATIVE, SELF = "stride", "native", "self"
+"""How a process gets its part of a stream: strided, its own share, or the dataset's own split."""
+
+_LITDATA_CLASSES = ("StreamingDataset", "CombinedStreamingDataset", "ParallelStreamingDataset")
+
+
+@runtime_checkable
+class ShardableStream(Protocol):
+    """An iterable dataset that can hand out disjoint parts of itself (the README's "Streaming data").
+
+    ``n_shards`` is the number of pieces the stream is made of (files, generator arguments, ...);
+    ``shard(num_shards, index)`` returns the ``index``-th of ``num_shards`` groups of whole pieces,
+    for ``num_shards <= n_shards``, as an iterable dataset that implements this protocol again (so
+    that ``DataLoader`` workers can split a process's share the same way). The groups of one
+    ``num_shards`` partition the stream, and iterating a group twice in the same epoch yields the same
+    elements in the same order (which exact resumption relies on). Hugging Face
+    ``datasets.IterableDataset`` implements it.
+    """
+
+    @property
+    def n_shards(self) -> int: ...
+
+    def shard(self, num_shards: int, index: int) -> Any: ...
+
+
+@dataclass(frozen=True)
+class StreamSharding:
+    """How one stream is split: ``kind`` (``"stride"``, ``"native"`` or ``"self"``) and why."""
+
+    kind: str
+    reason: str
+
+
+def choose_stream_sharding(
+    dataset: Any, mode: str, num_processes: int, num_workers: int = 0
+) -> StreamSharding:
+    """Resolve ``iterable_sharding`` (``mode``) for ``dataset`` on ``num_processes`` processes.
+
+    Raises:
+        ValueError / TypeError: ``"stride"`` on a dataset that splits itself by rank (it would be
+            split twice); ``"native"`` on a dataset that cannot give each process a shard; a native
+            share that ``num_workers`` workers cannot split.
+    """
+    splits = splits_by_rank(dataset)
+    if splits is not None:
+        if mode == STRIDE and num_processes > 1:
+            raise ValueError(
+                f"`iterable_sharding='stride'` on a dataset that {splits}: every process would keep 1/{num_processes} "
+                f"of its own 1/{num_processes}. Use `iterable_sharding='auto'` (it is passed through), or give "
+                "the dataset unsplit."
+            )
+        return StreamSharding(SELF, splits)
+    if num_processes == 1 or mode == STRIDE:
+        return StreamSharding(STRIDE, "one process" if num_processes == 1 else "`iterable_sharding='stride'`")
+    missing = _cannot_shard(dataset, num_processes)
+    if missing is None:
+        _check_workers_can_split(dataset, num_processes, num_workers)
+        return StreamSharding(NATIVE, f"{dataset.n_shards} shards over {num_processes} processes")
+    if mode == NATIVE:
+        error = TypeError if "does not implement" in missing else ValueError
+        raise error(
+            f"`iterable_sharding='native'`, but the dataset ({type(dataset).__name__}) cannot be read natively: "
+            f"{missing}. Give it "
+            "`n_shards` and `shard(num_shards, index)` with at least one shard per process (see the README, "
+            "\"Streaming data\"), or use `iterable_sharding='auto'` to fall back to striding."
+        )
+    return StreamSharding(STRIDE, missing)
+
+
+def say_fallback(sharding: StreamSharding, num_processes: int, process_index: int) -> None:
+    """Tell the user once, on rank 0, why ``"auto"`` strides the stream (every process reads all of it)."""
+    if process_index != 0 or num_processes == 1 or sharding.kind != STRIDE:
+        return
+    if sharding.reason.startswith("`iterable_sharding"):
+        return
+    # NOTE: the warnings module shows each distinct message once per process, so no registry of our own.
+    warnings.warn(
+        f"lightning_shard: every process reads the whole iterable dataset and keeps 1/{num_processes} of it, "
+        f"because {sharding.reason}. To read each sample once in the job, give the dataset `n_shards` and "
+        "`shard(num_shards, index)` (README, \"Streaming data\"); pass `iterable_sharding='stride'` to "
+        "keep striding without this message.",
+        StreamShardingWarning,
+        stacklevel=4,
+    )
+
+
+class StreamShardingWarning(UserWarning):
+    """``iterable_sharding="auto"`` fell back to striding (every process reads the whole stream)."""
+
+
+def _cannot_shard(dataset: Any, num_processes: int) -> str | None:
+    """Why ``dataset`` cannot give each of ``num_processes`` processes a shard, or ``None`` if it can."""
+    if not isinstance(dataset, ShardableStream):
+        return "it does not implement `n_shards` and `shard(num_shards, index)`"
+    shards = dataset.n_shards
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < num_processes:
+        return f"it has {shards} shards for {num_processes} processes"
+    return None
+
+
+def _check_workers_can_split(dataset: Any, num_processes: int, num_workers: int) -> None:
+    if num_workers <= 1 or is_hugging_face(dataset):
+        return
+    share = dataset.shard(num_processes, 0)
+    if not isinstance(share, ShardableStream):
+        raise TypeError(
+            f"`{type(dataset).__name__}.shard(num_shards, index)` returned a {type(share).__name__}, which has no "
+            f"`n_shards` / `shard`, so the {num_workers} `DataLoader` workers of a process cannot split its share "
+            "(each would read all of it). Return a dataset that implements the protocol again, or use "
+            "`num_workers=0`."
+        )
+
+
+def is_hugging_face(dataset: Any) -> bool:
+    """Whether ``dataset`` is a Hugging Face ``datasets.IterableDataset`` (recognised without importing it)."""
+    return any(
+        cls.__name__ == "IterableDataset" and cls.__module__.startswith("datasets.")
+        for cls in type(dataset).__mro__
+    )
+
+
+def splits_by_rank(dataset: Any) -> str | None:
+    """How ``dataset`` already splits itself by rank (then it must not be sharded again), or ``None``.
+
+    Recognised: ``splits_by_rank = True`` on the dataset (declared), a Hugging Face dataset passed
+    through ``datasets.distributed.split_dataset_by_node``, and LitData's streaming datasets.
+    """
+    if getattr(dataset, "splits_by_rank", False) is True:
+        return "declares `splits_by_rank = True`"
+    if is_hugging_face(dataset) and getattr(dataset, "_distributed", None) is not None:
+        # NOTE: `split_dataset_by_node` records the rank on the dataset; `datasets` offers no public getter.
+        return "was split by `datasets.distributed.split_dataset_by_node`"
+    for cls in type(dataset).__mro__:
+        if cls.__module__.split(".")[0] == "litdata" and cls.__name__ in _LITDATA_CLASSES:
+            return f"is a LitData `{cls.__name__}`"
+    return None
+
+
+class NativeStreamShard(IterableDataset):
+    """This process's share of a stream that shards itself, or a stream that splits itself (passed through).
+
+    It has no length on purpose: shares differ in length, and a loader with a per-process length
+    would let each process stop at its own (the loader's end agreement decides when all stop).
+
+    Args:
+        dataset: the user's iterable dataset.
+        kind: ``"native"`` (iterate ``dataset.shard(N, r)``) or ``"self"`` (iterate ``dataset``).
+        num_processes, process_index: ``N`` and ``r``.
+        batch_size: the user's batch size (global with ``split_batches``), recorded for the state.
+        split_batches: whether ``batch_size`` is global.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        kind: str,
+        num_processes: int,
+        process_index: int,
+        *,
+        batch_size: int | None = None,
+        split_batches: bool = False,
+    ) -> None:
+        self.dataset = dataset
+        self.kind = kind
+        self.num_processes = num_processes
+        self.process_index = process_index
+        self.batch_size = batch_size
+        self.split_batches = split_batches
+        self.share = dataset.shard(num_processes, process_index) if kind == NATIVE else dataset
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Record ``epoch`` and forward it to the share (a shuffled stream reorders by it)."""
+        self.epoch = epoch
+        if callable(getattr(self.share, "set_epoch", None)):
+            self.share.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(worker_part(self.share, self.kind))
+
+
+def worker_part(share: Any, kind: str) -> Any:
+    """What this ``DataLoader`` worker reads of ``share``: all of it outside workers, else its group."""
+    info = get_worker_info()
+    if info is None or info.num_workers == 1 or kind == SELF or is_hugging_face(share):
+        # NOTE: a Hugging Face dataset (and a self-splitting one) splits itself among the workers.
+        return share
+    groups = min(info.num_workers, share.n_shards)
+    return share.shard(groups, info.id) if info.id < groups else ()

@@ -1,0 +1,183 @@
+"""Streams in one process (docs/DESIGN.md, "Streaming data"): which streams are read natively, what each
+process and ``DataLoader`` worker reads of them, what is refused, and the state they save.
+
+Each test builds the loader of every ``process_index`` in turn without a process group (so no end
+agreement runs; ``tests/loaders/test_streams.py`` runs real groups), and compares what the processes
+read with the dataset: every sample read once in the whole job.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torch.utils.data import DataLoader
+
+from lightning_shard import prepare_data_loader
+from lightning_shard.loaders.state import LoaderState
+from lightning_shard.sampling.native_stream import (
+    StreamShardingWarning,
+    choose_stream_sharding,
+    splits_by_rank,
+)
+from tests.helpers.datasets import IdShardsStream, IdStream, RankSplitIdStream
+from tests.helpers.hf import hf_id_stream
+
+LENGTHS = [10, 3, 17, 1, 9]
+"""Five shards of different lengths: on 2 processes, process 0 gets 30 ids and process 1 gets 10."""
+
+
+def _shards(lengths: list[int]) -> list[list[int]]:
+    bounds, low = [], 0
+    for length in lengths:
+        bounds.append(list(range(low, low + length)))
+        low += length
+    return bounds
+
+
+def _ids(loader: Any) -> list[int]:
+    return [int(i) for batch in loader for i in (batch["id"] if isinstance(batch, dict) else batch)]
+
+
+def test_choice_of_sharding() -> None:
+    shardable = IdShardsStream(_shards(LENGTHS))
+    assert choose_stream_sharding(shardable, "auto", 2).kind == "native"
+    assert choose_stream_sharding(shardable, "auto", 5).kind == "native"
+    assert choose_stream_sharding(shardable, "stride", 2).kind == "stride"
+    assert choose_stream_sharding(shardable, "auto", 1).kind == "stride", "one process: nothing to split"
+    fewer = choose_stream_sharding(shardable, "auto", 6)
+    assert (fewer.kind, fewer.reason) == ("stride", "it has 5 shards for 6 processes")
+    plain = choose_stream_sharding(IdStream(8), "auto", 2)
+    assert plain.kind == "stride" and "does not implement `n_shards`" in plain.reason
+    assert choose_stream_sharding(hf_id_stream(LENGTHS), "auto", 2).kind == "native"
+    assert choose_stream_sharding(hf_id_stream([40]), "auto", 2).kind == "stride"
+
+
+def test_native_refused_where_it_cannot_apply() -> None:
+    with pytest.raises(ValueError, match=r"it has 5 shards for 6 processes.*iterable_sharding='auto'"):
+        choose_stream_sharding(IdShardsStream(_shards(LENGTHS)), "native", 6)
+    with pytest.raises(TypeError, match=r"`iterable_sharding='native'`.*does not implement `n_shards`"):
+        choose_stream_sharding(IdStream(8), "native", 2)
+    with pytest.raises(ValueError, match=r"`iterable_sharding='stride'`.*1/2 of its own 1/2"):
+        choose_stream_sharding(RankSplitIdStream(_shards(LENGTHS)), "stride", 2)
+    with pytest.raises(ValueError, match=r"`iterable_sharding` must be one of"):
+        prepare_data_loader(DataLoader(IdStream(8)), iterable_sharding="natively")
+
+
+class _ListShards(IdShardsStream):
+    """A shardable stream whose ``shard`` returns something workers cannot split again."""
+
+    def shard(self, num_shards: int, index: int) -> Any:
+        return list(super().shard(num_shards, index))
+
+
+def test_workers_need_a_share_they_can_split() -> None:
+    loader = DataLoader(_ListShards(_shards(LENGTHS)), batch_size=2, num_workers=2)
+    with pytest.raises(TypeError, match=r"returned a list.*`num_workers=0`"):
+        prepare_data_loader(loader, num_processes=2, process_index=0)
+
+
+def test_datasets_that_split_themselves_are_recognised() -> None:
+    from datasets.distributed import split_dataset_by_node
+
+    assert splits_by_rank(RankSplitIdStream([[0]])) == "declares `splits_by_rank = True`"
+    split = split_dataset_by_node(hf_id_stream(LENGTHS), rank=0, world_size=2)
+    assert "split_dataset_by_node" in str(splits_by_rank(split))
+    assert splits_by_rank(hf_id_stream(LENGTHS)) is None
+    # LitData is recognised by its classes' names and module (it is not installed here: a stand-in).
+    stand_in = type("StreamingDataset", (), {"__module__": "litdata.streaming.dataset"})
+    assert splits_by_rank(stand_in()) == "is a LitData `StreamingDataset`"
+    assert choose_stream_sharding(split, "auto", 2).kind == "self"
+    expected = _ids(DataLoader(split, batch_size=4))
+    loader = prepare_data_loader(DataLoader(split, batch_size=4), num_processes=2, process_index=0)
+    assert _ids(loader) == expected == list(range(0, 40, 2)), "passed through, not split again"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_each_sample_is_read_once_in_the_job(tmp_path: Path, workers: int) -> None:
+    log = tmp_path / "reads.txt"
+    dataset = IdShardsStream(_shards(LENGTHS), log=str(log))
+    per_process = []
+    for rank in (0, 1):
+        loader = prepare_data_loader(
+            DataLoader(dataset, batch_size=4, num_workers=workers), num_processes=2, process_index=rank
+        )
+        per_process.append(_ids(loader))
+    assert sorted(per_process[0]) == list(range(30)) and sorted(per_process[1]) == list(range(30, 40))
+    reads = Counter(int(line) for line in log.read_text().split())
+    assert reads == Counter(range(40)), "every sample read exactly once, by one process and one worker"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_hugging_face_shares(workers: int) -> None:
+    dataset = hf_id_stream(LENGTHS)
+    shares = [
+        _ids(
+            prepare_data_loader(
+                DataLoader(dataset, batch_size=4, num_workers=workers), num_processes=2, process_index=r
+            )
+        )
+        for r in (0, 1)
+    ]
+    assert sorted(shares[0]) == list(range(30)) and sorted(shares[1]) == list(range(30, 40))
+
+
+def test_fallback_is_said_once_on_rank_0() -> None:
+    for rank in (0, 1):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            prepare_data_loader(DataLoader(IdStream(8), batch_size=2), num_processes=2, process_index=rank)
+            prepare_data_loader(
+                DataLoader(IdStream(8), batch_size=2),
+                num_processes=2,
+                process_index=rank,
+                iterable_sharding="stride",
+            )
+        said = [w for w in caught if issubclass(w.category, StreamShardingWarning)]
+        assert len(said) == (1 if rank == 0 else 0)
+        if said:
+            assert "does not implement `n_shards`" in str(said[0].message)
+
+
+def test_strided_even_batches_false_counts_the_shortest() -> None:
+    # 9 ids, 2 processes of batch 2: global batches of 4; the last one holds only id 8 (process 0's).
+    loaders = [
+        prepare_data_loader(
+            DataLoader(IdStream(9), batch_size=2), num_processes=2, process_index=r, even_batches=False
+        )
+        for r in (0, 1)
+    ]
+    assert [len(loader) for loader in loaders] == [2, 2], "all stop at the shortest (process 1's)"
+    # NOTE: without a process group nothing stops process 0 early; tests/loaders/test_streams.py runs one.
+
+
+def test_native_state_round_trip_and_refusals() -> None:
+    dataset = IdShardsStream(_shards(LENGTHS))
+    loader = prepare_data_loader(DataLoader(dataset, batch_size=4), num_processes=2, process_index=1)
+    iterator = iter(loader)
+    [next(iterator) for _ in range(2)]
+    state = loader.state_dict()
+    assert (state["sampler"], state["steps"], state["streams"]) == (
+        "native-stream",
+        2,
+        [{"ended_at": None}] * 2,
+    )
+    again = prepare_data_loader(DataLoader(dataset, batch_size=4), num_processes=2, process_index=1)
+    again.load_state_dict(state)
+    assert again.state_dict() == state
+    assert _ids(again) == list(range(38, 40)), "continues after the 2 batches consumed"
+    on_three = prepare_data_loader(DataLoader(dataset, batch_size=4), num_processes=3, process_index=0)
+    with pytest.raises(ValueError, match=r"saved mid-epoch by 2 processes.*this run has 3.*on 2 processes"):
+        on_three.load_state_dict(state)
+    strided = prepare_data_loader(
+        DataLoader(dataset, batch_size=4), num_processes=2, process_index=1, iterable_sharding="stride"
+    )
+    with pytest.raises(ValueError, match=r"'native-stream'.*'iterable'.*`iterable_sharding`"):
+        strided.load_state_dict(state)
+    between_epochs = {**state, "steps": 0, "consumed": 0, "streams": [{"ended_at": None}] * 2}
+    on_three.load_state_dict(between_epochs)  # NOTE: a state between epochs loads on any number
+    with pytest.raises(ValueError, match=r"`state_dict\['streams'\]`"):
+        LoaderState.from_dict({**state, "streams": [{"ended_at": -1}]})

@@ -1,0 +1,29 @@
+"""Hugging Face ``datasets.IterableDataset``s built from local generators (no network), one shard per
+range of ids, so shards may differ in length."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+import datasets  # noqa: E402 - after the offline switch
+
+datasets.disable_progress_bars()
+
+
+def _records(shards: Sequence[tuple[int, int]]) -> Iterator[dict[str, int]]:
+    for low, high in shards:
+        for index in range(low, high):
+            yield {"id": index}
+
+
+def hf_id_stream(lengths: Sequence[int]) -> Any:
+    """A ``datasets.IterableDataset`` of ``{"id": i}`` with one shard per length: ids ``0 .. sum - 1`` in order."""
+    bounds, low = [], 0
+    for length in lengths:
+        bounds.append((low, low + length))
+        low += length
+    return datasets.IterableDataset.from_generator(_records, gen_kwargs={"shards": bounds})

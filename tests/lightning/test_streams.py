@@ -1,0 +1,82 @@
+"""Real 2-process ``lightning.Trainer`` fits over Hugging Face streams with uneven shards (docs/DESIGN.md,
+"Streaming data"): no hang, nothing silently dropped, exact validation and predict, exact resume.
+
+Each module fixture runs one scenario of ``tests/scripts/streams.py`` once; the tests read what every
+process recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.lightning_app import read_records
+from tests.helpers.runner import run_command, script
+
+pytestmark = pytest.mark.lightning
+
+
+def _scenario(tmp_path_factory: pytest.TempPathFactory, name: str) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp(f"streams_{name}")
+    return out, run_command(script("streams", name, str(out)), timeout=300)
+
+
+@pytest.fixture(scope="module")
+def uneven(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    return _scenario(tmp_path_factory, "uneven")
+
+
+def _train(records: list[dict[str, Any]]) -> list[list[list[int]]]:
+    return [[ids for _, _, ids in rank["train"]] for rank in records]
+
+
+def test_training_pads_the_shorter_share_and_says_so(uneven: tuple[Path, str]) -> None:
+    out, output = uneven
+    first, second = _train(read_records(out / "pad", "fit", 2))
+    assert len(first) == len(second) == 8, "both take the longer share's 8 steps"
+    assert sorted(i for ids in first for i in ids) == list(range(30)), "process 0's share, each id once"
+    flat = [i for ids in second for i in ids]
+    assert sorted(flat[:10]) == list(range(30, 40)) and flat[10:] == (flat[:10] * 2)[:18]
+    assert "stream: native, each process reads only its share of 5 shards; uneven ends padded" in output
+    assert "stream epoch 0: 8 steps, 40 samples read (rank 0: 30, rank 1: 10), 18 padded" in output
+
+
+def test_validation_gathers_every_sample_once(uneven: tuple[Path, str]) -> None:
+    for rank in read_records(uneven[0] / "pad", "fit", 2):
+        gathered = [i for ids in rank["val"] for i in ids]
+        assert sorted(gathered) == list(range(19)), "the padding batches of process 0 are dropped"
+    local = [len(ids) for rank in read_records(uneven[0] / "pad", "fit", 2) for ids in rank["val_local"]]
+    assert sum(local) > 19, "process 0 did pad (its share has 7 ids, process 1's 12)"
+
+
+def test_even_batches_false_stops_at_the_shortest_and_reports_the_rest(uneven: tuple[Path, str]) -> None:
+    out, output = uneven
+    first, second = _train(read_records(out / "shortest", "fit", 2))
+    assert len(first) == len(second) == 3
+    seen = sum(len(ids) for ids in first + second)
+    assert f"{40 - seen} samples of the other processes' shares were left unseen" in output
+    assert f"{40 - seen} left unseen (all stopped at the shortest stream)" in output
+
+
+@pytest.mark.parametrize("name, total", [("predict_native", 19), ("predict_strided", 37)])
+def test_predict_sees_every_sample_once(uneven: tuple[Path, str], name: str, total: int) -> None:
+    ids = [i for rank in (0, 1) for i in json.loads((uneven[0] / f"{name}_rank{rank}.json").read_text())]
+    assert sorted(ids) == list(range(total))
+
+
+def test_resume_mid_epoch_while_a_share_pads_continues_exactly(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    out, output = _scenario(tmp_path_factory, "resume")
+    full, stop, resume = (
+        [rank["train"] for rank in read_records(out / run, "fit", 2)] for run in ("full", "stop", "resume2")
+    )
+    for rank in (0, 1):
+        assert full[rank][:6] == stop[rank]
+        assert full[rank][6:] == resume[rank], "workers, shuffle and padding position restored exactly"
+    epochs = [[ids for epoch, _, ids in full[0] if epoch == e] for e in (0, 1)]
+    assert epochs[0] != epochs[1], "the shuffled stream reorders each epoch"
+    assert "not resumable" not in output

@@ -1,0 +1,199 @@
+"""Streams on a real 2-process gloo group (docs/DESIGN.md, "Streaming data"): uneven shares never hang and
+never silently drop, a resumed epoch continues exactly, and the strided fallback stays the reference's.
+
+Every scenario runs in one launch (``run_distributed``'s bound kills a hang). A training loop is
+imitated by an ``all_reduce`` after every batch, as DDP's gradient sync does: a process that took a
+step the other did not take would block there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from accelerate.data_loader import IterableDatasetShard as ReferenceShard
+from torch.utils.data import DataLoader
+
+from lightning_shard import prepare_data_loader
+from tests.helpers.datasets import IdStream, RankSplitIdStream
+from tests.helpers.dist import run_distributed
+from tests.helpers.hf import hf_id_stream
+
+pytestmark = pytest.mark.dist
+
+BOUND = 120.0
+"""Seconds after which every process is killed: generous for 2 cores shared with other test runs."""
+
+LENGTHS = [10, 3, 17, 1, 9]
+"""Process 0's share holds ids 0-29 (3 shards), process 1's ids 30-39 (2 shards)."""
+
+
+def train(loader: Any, steps: int | None = None) -> list[list[int]]:
+    """The ids of each batch, with a collective after every one (as DDP), for ``steps`` batches or all."""
+    seen = []
+    for batch in loader:
+        seen.append([int(i) for i in (batch["id"] if isinstance(batch, dict) else batch)])
+        dist.all_reduce(torch.ones(1))
+        if steps is not None and len(seen) == steps:
+            break
+    return seen
+
+
+def _loader(dataset: Any, workers: int, persistent: bool = False) -> DataLoader:
+    # NOTE: forked workers: the ranks are started by a fork server, which makes it their default start
+    # method, and a fork server imports torch anew for every loader's workers (seconds each).
+    context = "fork" if workers else None
+    return DataLoader(
+        dataset,
+        batch_size=4,
+        num_workers=workers,
+        persistent_workers=persistent,
+        multiprocessing_context=context,
+    )
+
+
+def _hf(workers: int, even: bool = True, **kwargs: Any) -> Any:
+    return prepare_data_loader(_loader(hf_id_stream(LENGTHS), workers), even_batches=even, **kwargs)
+
+
+def uneven(rank: int, workers: int) -> dict[str, Any]:
+    pad, shortest = _hf(workers), _hf(workers, even=False)
+    return {
+        "pad": train(pad),
+        "pad_report": pad.stream.report,
+        "shortest": train(shortest),
+        "shortest_report": shortest.stream.report,
+    }
+
+
+def resumed(rank: int, workers: int, stop: int) -> dict[str, Any]:
+    """An uninterrupted epoch; one stopped after ``stop`` steps, its state loaded into a new loader."""
+    shuffled = hf_id_stream(LENGTHS).shuffle(seed=3, buffer_size=4)
+    make = lambda: prepare_data_loader(_loader(shuffled, workers, persistent=workers > 0))  # noqa: E731
+    full = make()
+    full.set_epoch(1)
+    whole = train(full)
+    first = make()
+    first.set_epoch(1)
+    head = train(first, stop)
+    state = first.state_dict()
+    again = make()
+    again.load_state_dict(state)
+    return {"whole": whole, "head": head, "tail": train(again), "state": state}
+
+
+def passed_through(rank: int) -> list[list[int]]:
+    from datasets.distributed import split_dataset_by_node
+
+    split = split_dataset_by_node(hf_id_stream(LENGTHS), rank=rank, world_size=2)
+    own = prepare_data_loader(DataLoader(RankSplitIdStream([[0, 1], [2, 3, 4], [5], [6, 7]]), batch_size=2))
+    return [train(own), train(prepare_data_loader(DataLoader(split, batch_size=4)))]
+
+
+def fallback(rank: int) -> dict[str, Any]:
+    one_shard = hf_id_stream([11])
+    ours = train(prepare_data_loader(DataLoader(one_shard, batch_size=2)))
+    reference = ReferenceShard(one_shard, batch_size=2, num_processes=2, process_index=rank)
+    empty_share = prepare_data_loader(DataLoader(hf_id_stream([5, 0]), batch_size=2))
+    try:
+        train(empty_share)
+        error = None
+    except RuntimeError as caught:
+        error = str(caught)
+    return {
+        "ours": ours,
+        "reference": [b["id"].tolist() for b in DataLoader(reference, batch_size=2)],
+        "empty": error,
+    }
+
+
+def strided_shortest(rank: int) -> list[list[int]]:
+    return train(prepare_data_loader(DataLoader(IdStream(9), batch_size=2), even_batches=False))
+
+
+def scenarios(rank: int, world_size: int) -> dict[str, Any]:
+    return {
+        "uneven0": uneven(rank, 0),
+        "uneven2": uneven(rank, 2),
+        "resumed_padding": resumed(rank, 2, stop=6),
+        "resumed_real": resumed(rank, 0, stop=1),
+        "passed_through": passed_through(rank),
+        "fallback": fallback(rank),
+        "strided_shortest": strided_shortest(rank),
+    }
+
+
+@pytest.fixture(scope="module")
+def results() -> list[dict[str, Any]]:
+    return run_distributed(scenarios, 2, timeout=BOUND, daemon=False)
+
+
+def _flat(batches: list[list[int]]) -> list[int]:
+    return [i for batch in batches for i in batch]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_uneven_shares_pad_by_restarting_the_shorter(results: list[dict[str, Any]], workers: int) -> None:
+    first, second = (rank[f"uneven{workers}"] for rank in results)
+    assert len(first["pad"]) == len(second["pad"]), "both processes take the same steps"
+    assert sorted(_flat(first["pad"])) == list(range(30)), "the longer share is read once, not padded"
+    second_ids = _flat(second["pad"])
+    real = 10
+    assert sorted(second_ids[:real]) == list(range(30, 40))
+    assert second_ids[real:] == (second_ids[:real] * 3)[: len(second_ids) - real], (
+        "padding restarts the share"
+    )
+    report = first["pad_report"]
+    assert report == second["pad_report"]
+    assert report.read == (30, 10) and report.padded == (0, len(second_ids) - real)
+    assert report.ended_at[1] is not None and report.ended_at[0] == len(first["pad"])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_even_batches_false_stops_at_the_shortest_and_counts_the_rest(
+    results: list[dict[str, Any]], workers: int
+) -> None:
+    first, second = (rank[f"uneven{workers}"] for rank in results)
+    assert len(first["shortest"]) == len(second["shortest"])
+    assert sorted(_flat(second["shortest"])) == list(range(30, 40)), "the shortest share is read to its end"
+    seen = len(_flat(first["shortest"])) + len(_flat(second["shortest"]))
+    assert first["shortest_report"].unseen == second["shortest_report"].unseen == 40 - seen > 0
+
+
+@pytest.mark.parametrize("case", ["resumed_padding", "resumed_real"])
+def test_resume_continues_each_process_exactly(results: list[dict[str, Any]], case: str) -> None:
+    assert results[0][case]["state"] == results[1][case]["state"], "the state is the same on every process"
+    for rank in results:
+        run = rank[case]
+        assert run["head"] + run["tail"] == run["whole"]
+    if case == "resumed_padding":
+        ends = [entry["ended_at"] for entry in results[0][case]["state"]["streams"]]
+        assert any(end is not None and end < 6 for end in ends), "one process was padding when saved"
+
+
+def test_datasets_that_split_themselves_are_not_split_again(results: list[dict[str, Any]]) -> None:
+    own = [rank["passed_through"][0] for rank in results]
+    # Its own split is uneven too (3 and 5 ids): process 0 pads from the start of its part.
+    assert own[0] == [[0, 1], [5], [0, 1]] and own[1] == [[2, 3], [4, 6], [7]]
+    split = [_flat(rank["passed_through"][1]) for rank in results]
+    # `split_dataset_by_node` of 5 shards on 2 nodes keeps every other example on each node.
+    assert split[0][:20] == list(range(0, 40, 2)) and split[1][:20] == list(range(1, 40, 2))
+
+
+def test_strided_fallback_equals_the_reference(results: list[dict[str, Any]]) -> None:
+    for rank in results:
+        assert rank["fallback"]["ours"] == rank["fallback"]["reference"]
+
+
+def test_an_empty_share_cannot_be_padded(results: list[dict[str, Any]]) -> None:
+    messages = [rank["fallback"]["empty"] for rank in results]
+    assert (
+        messages[0] == messages[1] and "processes [1]" in messages[0] and "even_batches=False" in messages[0]
+    )
+
+
+def test_strided_even_batches_false_stops_every_process_together(results: list[dict[str, Any]]) -> None:
+    # 9 ids in global batches of 4: process 1 has no part of the last one, so both stop after 2 steps.
+    assert [rank["strided_shortest"] for rank in results] == [[[0, 1], [4, 5]], [[2, 3], [6, 7]]]
