@@ -83,7 +83,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         self.synchronized_generator = synchronized_generator
         self.use_stateful_dataloader = use_stateful_dataloader
         self.topology = topology
-        self.stream = _stream_run(dataset, stream_ends)
+        self.stream = _stream_run(dataset, stream_ends, topology)
         """The end agreement and per-process position of a stream that may end unevenly, else ``None``."""
         self._discard = 0
         self._init_position(skip_batches)
@@ -284,8 +284,15 @@ def _streams_must_agree(dataset: Any, topology: Topology | None) -> bool:
     """
     if not (isinstance(dataset, IterableDatasetShard) and dataset.num_processes > 1 and is_distributed()):
         return False
+    return _covers_group(dataset.num_processes, topology)
+
+
+def _covers_group(num_processes: int, topology: Topology | None) -> bool:
+    """Whether every rank of the default group iterates a loader of this topology."""
+    if not is_distributed():
+        return False
     if topology is None:
-        return dist.get_world_size() == dataset.num_processes
+        return dist.get_world_size() == num_processes
     return topology.covers_world()
 
 
@@ -324,12 +331,18 @@ class _EndAgreement:
             )
 
 
-def _stream_run(dataset: Any, policy: str) -> StreamRun | None:
+def _stream_run(dataset: Any, policy: str, topology: Topology | None) -> StreamRun | None:
     """A ``StreamRun`` for a native share, or for a strided stream that does not pad; else ``None``."""
     if isinstance(dataset, NativeStreamShard):
-        return StreamRun(policy, dataset.num_processes, dataset.process_index, resumable=True)
+        covers = _covers_group(dataset.num_processes, topology)
+        return StreamRun(
+            policy, dataset.num_processes, dataset.process_index, resumable=True, spans_group=covers
+        )
     if isinstance(dataset, IterableDatasetShard) and policy != PAD:
-        return StreamRun(policy, dataset.num_processes, dataset.process_index, resumable=False)
+        covers = _covers_group(dataset.num_processes, topology)
+        return StreamRun(
+            policy, dataset.num_processes, dataset.process_index, resumable=False, spans_group=covers
+        )
     return None
 
 

@@ -83,13 +83,23 @@ class StreamRun:
             stream skips inside ``IterableDatasetShard``).
     """
 
-    def __init__(self, policy: str, num_processes: int, process_index: int, *, resumable: bool) -> None:
+    def __init__(
+        self,
+        policy: str,
+        num_processes: int,
+        process_index: int,
+        *,
+        resumable: bool,
+        spans_group: bool = True,
+    ) -> None:
         if policy not in STREAM_ENDS:
             raise ValueError(f"`stream_ends` must be one of {list(STREAM_ENDS)}, got {policy!r}.")
         self.policy = policy
         self.num_processes = num_processes
         self.process_index = process_index
         self.resumable = resumable
+        self.spans_group = spans_group
+        """Whether every rank of the default group iterates this stream (then the ends can be agreed on)."""
         self.ended_at: list[int | None] = [None] * num_processes
         self._paddings: deque[int] = deque(maxlen=_QUEUED)
         self.report: StreamReport | None = None
@@ -163,12 +173,7 @@ class StreamRun:
 
     def _agrees(self) -> bool:
         """Whether every rank of the group iterates this stream (all of them, or a whole mesh's ranks)."""
-        return (
-            self.policy != OWN
-            and self.num_processes > 1
-            and is_distributed()
-            and dist.get_world_size() % self.num_processes == 0
-        )
+        return self.policy != OWN and self.num_processes > 1 and is_distributed() and self.spans_group
 
     def _stops(self, vector: list[int], step: int) -> bool:
         """Whether the epoch ends here; records who ended; raises everywhere on an empty share."""
