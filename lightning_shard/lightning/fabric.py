@@ -37,7 +37,7 @@ class ShardFabricStrategy(DDPStrategy):
 
     Args:
         split_batches, even_batches, dispatch_batches, put_on_device, rng_types, use_seedable_sampler,
-            data_seed, non_blocking, use_stateful_dataloader, slice_fn_for_dispatch: the loader options
+            data_seed, non_blocking, use_stateful_dataloader, slice_fn_for_dispatch, iterable_sharding: the loader options
             (``ShardOptions``); ``rng_types`` defaults to ``("generator",)`` here.
         **kwargs: any argument of Fabric's ``DDPStrategy`` (``timeout``, ``start_method``, ...).
 
@@ -64,6 +64,7 @@ class ShardFabricStrategy(DDPStrategy):
         non_blocking: bool = False,
         use_stateful_dataloader: bool = False,
         slice_fn_for_dispatch: Callable[..., Any] | None = None,
+        iterable_sharding: str = "auto",
         **kwargs: Any,
     ) -> None:
         options = locals()

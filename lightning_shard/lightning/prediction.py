@@ -22,23 +22,31 @@ from typing_extensions import override
 
 from lightning_shard.comm.collectives import is_distributed
 from lightning_shard.comm.tree import concatenate
+from lightning_shard.lightning.stages import flatten_loaders
+from lightning_shard.sampling.native_stream import NativeStreamShard
 
 if TYPE_CHECKING:
     from lightning_shard.lightning.sharding import ShardingMixin
 
 
-def merge_in_order(parts: Sequence[tuple[int, list[Any]]], split_batches: bool) -> list[Any]:
+def merge_in_order(
+    parts: Sequence[tuple[int, list[Any]]], split_batches: bool, by_process: bool = False
+) -> list[Any]:
     """One list of batch predictions in the order a single process makes them.
 
     Args:
         parts: ``(data-parallel index, that process's batch predictions)`` from every process; a
             data-parallel index seen twice (tensor-parallel peers) counts once.
         split_batches: whether each step's batch was split across processes (its slices are joined).
+        by_process: the processes read consecutive parts of the data (a natively sharded stream: process
+            ``r`` reads the ``r``-th group of shards), so their predictions follow one another.
     """
     by_index: dict[int, list[Any]] = {}
     for index, predictions in parts:
         by_index.setdefault(index, list(predictions))
     ordered = [by_index[index] for index in sorted(by_index)]
+    if by_process:
+        return [prediction for predictions in ordered for prediction in predictions]
     steps = max((len(predictions) for predictions in ordered), default=0)
     merged: list[Any] = []
     for step in range(steps):
@@ -54,6 +62,10 @@ def _joined(slices: list[Any]) -> Any:
         return concatenate(slices)
     except (ValueError, TypeError):
         return slices
+
+
+def _loaders(trainer: pl.Trainer) -> list[Any]:
+    return flatten_loaders(trainer.predict_dataloaders)
 
 
 def gather_to_rank_zero(value: Any) -> list[Any] | None:
@@ -88,12 +100,16 @@ class PredictionGatherer(Callback):
         predictions = loop.predictions
         per_loader = predictions if loop.num_dataloaders > 1 else [predictions]
         split = strategy.options_for("predict").split_batches
+        shares = [
+            isinstance(getattr(loader, "dataset", None), NativeStreamShard) for loader in _loaders(trainer)
+        ]
         gathered = gather_to_rank_zero((strategy.topology.process_index, [list(p) for p in per_loader]))
         if gathered is None:
             return
         for position, own in enumerate(per_loader):
             parts = [(index, loaders[position]) for index, loaders in gathered]
-            own[:] = merge_in_order(parts, split)
+            by_process = position < len(shares) and shares[position]
+            own[:] = merge_in_order(parts, split, by_process)
 
 
 class ShardPredictionWriter(BasePredictionWriter):
@@ -136,6 +152,9 @@ class ShardPredictionWriter(BasePredictionWriter):
             "predictions": predictions,
             "batch_indices": batch_indices,
             "several": several,
+            "by_process": [
+                isinstance(getattr(dl, "dataset", None), NativeStreamShard) for dl in _loaders(trainer)
+            ],
         }
         own = self.output_dir / f"rank{trainer.global_rank}.pt"
         torch.save(part, own)
@@ -153,9 +172,13 @@ class ShardPredictionWriter(BasePredictionWriter):
         several = parts[0]["several"]
         loaders = len(parts[0]["predictions"]) if several else 1
 
+        by_process = parts[0]["by_process"]
+
         def merged(key: str, position: int, nested: bool) -> list[Any]:
             pairs = [(part["index"], part[key][position] if nested else part[key]) for part in parts]
-            return merge_in_order(pairs, self.split_batches)
+            return merge_in_order(
+                pairs, self.split_batches, position < len(by_process) and by_process[position]
+            )
 
         # NOTE: Lightning passes the batch indices per predict loader, the predictions so only with several.
         indices = [merged("batch_indices", position, True) for position in range(loaders)]

@@ -339,9 +339,18 @@ def _check_compatible(saved: LoaderState, info: ShardingInfo) -> None:
         ("sampler", info.sampler),
     ):
         there = getattr(saved, name)
-        if there != here and not (name == "sampler" and there is None):
+        if there != here and not (name == "sampler" and not _sampler_matters(saved, here)):
             raise ValueError(
                 f"`state_dict` was saved with `{name}={there!r}`, but this loader has `{name}={here!r}`. "
                 f"Load it into a loader built the same way (same dataset, batch size, sampler and flags), "
                 "or start the epoch afresh."
             )
+
+
+def _sampler_matters(saved: LoaderState, here: object) -> bool:
+    """Whether a change of index sampler kind breaks the saved position: only in the middle of an epoch
+    (the next epoch starts afresh anyway), and streams say it themselves (``loaders/streams.py``)."""
+    streams = ("iterable", "native-stream", "self-split-stream")
+    return (
+        saved.sampler is not None and saved.steps > 0 and saved.sampler not in streams and here not in streams
+    )
