@@ -317,6 +317,7 @@ class ResumableLoaderMixin:
         saved = LoaderState.from_dict(state_dict)
         info = self._sharding()
         _check_compatible(saved, info)
+        _check_stream_workers(saved, info, int(getattr(self, "num_workers", 0)))
         self._restore_streams(saved, info)
         resharded = saved.num_processes != info.num_processes
         # NOTE: another number of processes continues after everything consumed, its steps counted as taken.
@@ -353,4 +354,22 @@ def _sampler_matters(saved: LoaderState, here: object) -> bool:
     streams = ("iterable", "native-stream", "self-split-stream")
     return (
         saved.sampler is not None and saved.steps > 0 and saved.sampler not in streams and here not in streams
+    )
+
+
+def _check_stream_workers(saved: LoaderState, info: ShardingInfo, num_workers: int) -> None:
+    """Refuse a mid-epoch stream state saved with another number of workers.
+
+    NOTE: a stream's batches come out of its workers interleaved, in an order that depends on their
+    number, so the batches consumed under one count are not a prefix of the epoch under another. A
+    map-style loader's position is indices, which any number of workers fetches alike.
+    """
+    streams = ("iterable", "native-stream", "self-split-stream")
+    if info.sampler not in streams or saved.steps == 0 or saved.num_workers == num_workers:
+        return
+    raise ValueError(
+        f"`state_dict` was saved mid-epoch with `num_workers={saved.num_workers}`, but this loader has "
+        f"`num_workers={num_workers}`: a stream's batches come out of its workers in an order that depends on "
+        f"their number, so the position does not carry over. Resume this epoch with `num_workers="
+        f"{saved.num_workers}`, or load a state saved between epochs (it loads with any number of workers)."
     )

@@ -483,3 +483,17 @@ def test_dispatch_and_synchronised_state_on_real_groups() -> None:
         assert len({len(batches) for batches in on_three}) == 1
         on_one = results[0]["elastic"][(name, steps)]["one"]
         check_exactly_once(remaining, [on_one], padded=False, head=epoch_order)
+
+
+def test_a_stream_refuses_another_worker_count_mid_epoch_only() -> None:
+    case = LoaderCase(iterable=True, length=30, batch_size=3)
+    saved = stopped(case, 2, 0, 0, 2).state_dict()
+    with_workers = LoaderCase(iterable=True, length=30, batch_size=3, num_workers=2)
+    with pytest.raises(
+        ValueError, match=r"`num_workers=0`.*`num_workers=2`.*Resume this epoch with `num_workers=0`"
+    ):
+        build(with_workers, 2, 0).load_state_dict(saved)
+    between = stopped(case, 2, 0, 1, 0).state_dict()
+    loader = build(with_workers, 2, 0)
+    loader.load_state_dict(between)
+    assert loader.epoch == 1, "a state saved between epochs loads with any number of workers"
