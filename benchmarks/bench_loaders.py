@@ -182,21 +182,21 @@ class Indices(Dataset):
         return index
 
 
-def resume(samples: int, batch_size: int, num_processes: int, repeats: int) -> tuple[float, float, int]:
-    """First batch after 90 % of process 0's epoch: ours (state) vs the reference (skip_first_batches)."""
-    from accelerate.data_loader import prepare_data_loader as reference_prepare
-    from accelerate.data_loader import skip_first_batches as reference_skip
+def _shuffled(samples: int, batch_size: int) -> Callable[[], DataLoader]:
+    """A user's shuffled loader over ``samples`` ids, the same order every time it is built."""
 
     def user() -> DataLoader:
         generator = torch.Generator().manual_seed(0)
         return DataLoader(Indices(samples), batch_size=batch_size, shuffle=True, generator=generator)
 
-    ours = prepare_data_loader(user(), num_processes=num_processes, process_index=0)
-    skip = int(0.9 * len(ours))
-    iter(ours)  # NOTE: begins the epoch (records the generator); state_dict(steps=...) then says where.
-    state = ours.state_dict(steps=skip)
-    fresh = prepare_data_loader(user(), num_processes=num_processes, process_index=0)
-    theirs = reference_prepare(user(), num_processes=num_processes, process_index=0)
+    return user
+
+
+def _first_batch_after(
+    state: dict[str, Any], fresh: Any, theirs: Any, skip: int
+) -> tuple[Callable[[], Any], ...]:
+    """The two resumes timed side by side: ours loads ``state``, the reference skips ``skip`` batches."""
+    from accelerate.data_loader import skip_first_batches as reference_skip
 
     def run_ours() -> Any:
         fresh.load_state_dict(state)
@@ -206,6 +206,21 @@ def resume(samples: int, batch_size: int, num_processes: int, repeats: int) -> t
         theirs.batch_sampler.batch_sampler.sampler.generator.manual_seed(0)  # NOTE: the same epoch every run.
         return next(iter(reference_skip(theirs, skip)))
 
+    return run_ours, run_theirs
+
+
+def resume(samples: int, batch_size: int, num_processes: int, repeats: int) -> tuple[float, float, int]:
+    """First batch after 90 % of process 0's epoch: ours (state) vs the reference (skip_first_batches)."""
+    from accelerate.data_loader import prepare_data_loader as reference_prepare
+
+    user = _shuffled(samples, batch_size)
+    ours = prepare_data_loader(user(), num_processes=num_processes, process_index=0)
+    skip = int(0.9 * len(ours))
+    iter(ours)  # NOTE: begins the epoch (records the generator); state_dict(steps=...) then says where.
+    state = ours.state_dict(steps=skip)
+    fresh = prepare_data_loader(user(), num_processes=num_processes, process_index=0)
+    theirs = reference_prepare(user(), num_processes=num_processes, process_index=0)
+    run_ours, run_theirs = _first_batch_after(state, fresh, theirs, skip)
     if not torch.equal(run_ours(), run_theirs()):
         raise SystemExit("(c): ours and the reference resume at different batches")
     best_ours, best_theirs = alternate(run_ours, run_theirs, repeats)
@@ -222,27 +237,14 @@ def resume_elsewhere(
     ``now`` processes at the same 90 %.
     """
     from accelerate.data_loader import prepare_data_loader as reference_prepare
-    from accelerate.data_loader import skip_first_batches as reference_skip
 
-    def user() -> DataLoader:
-        generator = torch.Generator().manual_seed(0)
-        return DataLoader(Indices(samples), batch_size=batch_size, shuffle=True, generator=generator)
-
+    user = _shuffled(samples, batch_size)
     stopped = prepare_data_loader(user(), num_processes=saved, process_index=0)
     iter(stopped)
     state = stopped.state_dict(steps=int(0.9 * len(stopped)))
     fresh = prepare_data_loader(user(), num_processes=now, process_index=0)
     theirs = reference_prepare(user(), num_processes=now, process_index=0)
-    skip = int(0.9 * len(theirs))
-
-    def run_ours() -> Any:
-        fresh.load_state_dict(state)
-        return next(iter(fresh))
-
-    def run_theirs() -> Any:
-        theirs.batch_sampler.batch_sampler.sampler.generator.manual_seed(0)  # NOTE: the same epoch every run.
-        return next(iter(reference_skip(theirs, skip)))
-
+    run_ours, run_theirs = _first_batch_after(state, fresh, theirs, int(0.9 * len(theirs)))
     consumed = {int(i) for rank in range(saved) for i in _first_batches(user, saved, rank, state["steps"])}
     if set(run_ours().tolist()) & consumed:
         raise SystemExit("(d): the resumed batch repeats a sample consumed before the checkpoint")
