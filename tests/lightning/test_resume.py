@@ -48,6 +48,7 @@ def _ids(steps: list[list[list[Any]]], epoch: int) -> list[int]:
         ("shard", 3, 2, 8),
         ("split", 2, 3, 12),
         ("dispatch", 2, 3, 12),
+        ("stream", 2, 3, 12),
     ],
 )
 def test_a_mid_epoch_checkpoint_continues_on_another_number_of_processes(

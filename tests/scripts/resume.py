@@ -3,7 +3,7 @@
     python -m tests.scripts.resume PHASE OUT_DIR   (from the repository root)
 
 ``one`` (1 process): a shuffled fit stopped mid-epoch. ``two`` (2 processes): that checkpoint resumed
-(1 -> 2); fits stopped mid-epoch in shard, ``split_batches`` and dispatch mode; a stop with 0 workers
+(1 -> 2); fits stopped mid-epoch in shard, ``split_batches`` and dispatch mode and over a (strided) stream; a stop with 0 workers
 resumed with 2; several training loaders stopped and resumed; checkpoints written while validation runs
 inside an epoch, resumed. ``three`` (3 processes): the 2-process checkpoints resumed (2 -> 3), a
 ``split_batches`` checkpoint the new count cannot split (refused), a 3-process stop. ``back`` (2
@@ -49,7 +49,7 @@ def _strategy(mode: str) -> Any:
 def _data(mode: str, **kwargs: Any) -> DataLoader:
     if mode == "split":
         return loader(LENGTH, 12, shuffle=True, **kwargs)  # 12: split by 2 and 3, not by 5
-    if mode == "dispatch":
+    if mode in ("dispatch", "stream"):
         return DataLoader(SizedRecordStream(LENGTH), batch_size=BATCH)
     return loader(LENGTH, BATCH, shuffle=True, **kwargs)
 
@@ -155,7 +155,7 @@ def one(out: Path) -> None:
 
 def two(out: Path) -> None:
     resume(out, "shard", "shard", 1, 2)
-    for mode in ("shard", "split", "dispatch"):
+    for mode in ("shard", "split", "dispatch", "stream"):
         stop(out, mode, mode, 2)
     stop(out, "workers", "shard", 2)
     resume(out, "workers", "shard", 2, 2, num_workers=2, persistent_workers=False)
@@ -166,7 +166,7 @@ def two(out: Path) -> None:
 
 
 def three(out: Path) -> None:
-    for mode in ("shard", "split", "dispatch"):
+    for mode in ("shard", "split", "dispatch", "stream"):
         resume(out, mode, mode, 2, 3)
     stop(out, "back", "shard", 3)
     _refuse_split(out)
