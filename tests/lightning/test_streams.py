@@ -44,6 +44,15 @@ def test_training_pads_the_shorter_share_and_says_so(uneven: tuple[Path, str]) -
     assert "stream epoch 0: 8 steps, 40 samples read (rank 0: 30, rank 1: 10), 18 padded" in output
 
 
+def test_fewer_shards_than_processes_fall_back_to_striding(uneven: tuple[Path, str]) -> None:
+    out, output = uneven
+    steps = _train(read_records(out / "fewer", "fit", 2))
+    ids = sorted(i for rank in steps for batch in rank for i in batch)
+    # 13 ids in one shard on 2 processes of 4: 2 steps of 8, the last padded with 3 of the first ids.
+    assert len(steps[0]) == len(steps[1]) == 2 and sorted(set(ids)) == list(range(13)) and len(ids) == 16
+    assert output.count("because it has 1 shards for 2 processes") == 1, "rank 0 says why, once"
+
+
 def test_validation_gathers_every_sample_once(uneven: tuple[Path, str]) -> None:
     for rank in read_records(uneven[0] / "pad", "fit", 2):
         gathered = [i for ids in rank["val"] for i in ids]

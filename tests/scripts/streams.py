@@ -66,6 +66,11 @@ def uneven(out: Path) -> None:
     shortest = out / "shortest"
     strategy = ShardStrategy(even_batches=False)
     trainer(shortest, strategy=strategy, max_epochs=1).fit(StreamRecorder(str(shortest)), _ids(TRAIN_SHARDS))
+    fewer = out / "fewer"  # one shard for 2 processes: strided, every sample once per epoch (plus padding)
+    fewer.mkdir(exist_ok=True)
+    trainer(fewer, max_epochs=1).fit(
+        StreamRecorder(str(fewer)), _ids([13], num_workers=2, persistent_workers=False)
+    )
     strided = DataLoader(IdStream(37), batch_size=4, collate_fn=_as_ids)
     _predict(out, {"predict_native": _ids(VAL_SHARDS, batch_size=3), "predict_strided": strided})
 
