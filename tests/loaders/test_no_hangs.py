@@ -10,6 +10,7 @@ do not take would block there.
 from __future__ import annotations
 
 import datetime
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -193,7 +194,9 @@ def test_shard_failure_on_one_process_surfaces_on_the_others(failing_process_sta
     if failing_process_stays:
         assert "Timed out waiting 3000ms" in process0["message"]
     else:
-        assert "Connection closed by peer" in process0["message"]
+        # NOTE: gloo says "closed" or, when the exit races its read (a loaded machine), "reset": either way
+        # the peer's exit reached process 0's collective.
+        assert re.search(r"Connection (closed|reset) by peer", process0["message"]), process0
 
 
 # -- (c) an iterable stream that raises on one process only -----------------------------------------
