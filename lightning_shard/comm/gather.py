@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from lightning_shard.comm.collectives import is_distributed
-from lightning_shard.comm.tree import Node, flatten, is_tensor_tree, map_leaves
+from lightning_shard.comm.tree import Node, flatten, is_tensor_tree, map_leaves, unflatten
 
 
 def gather_in_process_order(data: Any, sources: Sequence[int] | None = None) -> Any:
@@ -107,12 +107,11 @@ def _leaf_signature(leaf: Any) -> Any:
 
 
 def _to_cpu(data: Any) -> Any:
+    """``data`` with its tensors on the CPU, for an object collective (flattened once)."""
     node, leaves = flatten(data)
-    return (
-        map_leaves(lambda leaf: leaf.cpu() if isinstance(leaf, torch.Tensor) else leaf, data)
-        if leaves
-        else data
-    )
+    if not any(isinstance(leaf, torch.Tensor) for leaf in leaves):
+        return data
+    return unflatten(node, [leaf.cpu() if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves])
 
 
 def _gather_tensor(tensor: torch.Tensor, sources: Sequence[int] | None) -> torch.Tensor:

@@ -16,6 +16,7 @@ import torch
 from lightning_shard.comm.collectives import is_distributed, world_size
 from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.position import Position, Progress, ResumeHook, ShardingInfo
+from lightning_shard.loaders.settings import STREAM_KINDS
 from lightning_shard.loaders.state import LoaderState, decode_generator_state, encode_generator_state
 from lightning_shard.sampling.balance import is_balanced
 from lightning_shard.sampling.epochs import forward_epoch
@@ -351,9 +352,11 @@ def _check_compatible(saved: LoaderState, info: ShardingInfo) -> None:
 def _sampler_matters(saved: LoaderState, here: object) -> bool:
     """Whether a change of index sampler kind breaks the saved position: only in the middle of an epoch
     (the next epoch starts afresh anyway), and streams say it themselves (``loaders/streams.py``)."""
-    streams = ("iterable", "native-stream", "self-split-stream")
     return (
-        saved.sampler is not None and saved.steps > 0 and saved.sampler not in streams and here not in streams
+        saved.sampler is not None
+        and saved.steps > 0
+        and saved.sampler not in STREAM_KINDS
+        and here not in STREAM_KINDS
     )
 
 
@@ -364,8 +367,7 @@ def _check_stream_workers(saved: LoaderState, info: ShardingInfo, num_workers: i
     number, so the batches consumed under one count are not a prefix of the epoch under another. A
     map-style loader's position is indices, which any number of workers fetches alike.
     """
-    streams = ("iterable", "native-stream", "self-split-stream")
-    if info.sampler not in streams or saved.steps == 0 or saved.num_workers == num_workers:
+    if info.sampler not in STREAM_KINDS or saved.steps == 0 or saved.num_workers == num_workers:
         return
     raise ValueError(
         f"`state_dict` was saved mid-epoch with `num_workers={saved.num_workers}`, but this loader has "

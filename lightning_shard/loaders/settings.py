@@ -21,10 +21,16 @@ def loader_settings(dataloader: DataLoader) -> dict[str, Any]:
     }
 
 
+STRIDED_STREAM = "iterable"
+NATIVE_STREAM_KINDS = ("native-stream", "self-split-stream")
+STREAM_KINDS = (STRIDED_STREAM, *NATIVE_STREAM_KINDS)
+"""The ``sampler`` kinds a stream's state records: strided, natively sharded, or split by the dataset."""
+
+
 def sampler_kind(sampler: Any, dataset: Any) -> str:
     """The kind of index source recorded in the state: the index sampler's class, or ``"iterable"``."""
     if sampler is None:
-        return "iterable" if not hasattr(dataset, "__getitem__") else "none"
+        return STRIDED_STREAM if not hasattr(dataset, "__getitem__") else "none"
     return type(sampler).__name__
 
 

@@ -22,7 +22,12 @@ from lightning_shard.comm.tree import batch_length, send_to_device
 from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.position import ShardingInfo
 from lightning_shard.loaders.resumable import ResumableLoaderMixin
-from lightning_shard.loaders.settings import check_stateful_class, loader_settings, sampler_kind
+from lightning_shard.loaders.settings import (
+    STRIDED_STREAM,
+    check_stateful_class,
+    loader_settings,
+    sampler_kind,
+)
 from lightning_shard.loaders.state import LoaderState
 from lightning_shard.loaders.streams import PAD, SHORTEST, StreamRun, check_stream_state, native_sharding
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
@@ -110,7 +115,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
                 batch_size=shard.batch_size,
                 dataset_length=_length(shard.dataset),
                 step_size=shard.global_batch_size,
-                sampler="iterable",
+                sampler=STRIDED_STREAM,
             )
         return ShardingInfo(
             mode="shard",
@@ -333,15 +338,11 @@ class _EndAgreement:
 
 def _stream_run(dataset: Any, policy: str, topology: Topology | None) -> StreamRun | None:
     """A ``StreamRun`` for a native share, or for a strided stream that does not pad; else ``None``."""
-    if isinstance(dataset, NativeStreamShard):
+    native = isinstance(dataset, NativeStreamShard)
+    if native or (isinstance(dataset, IterableDatasetShard) and policy != PAD):
         covers = _covers_group(dataset.num_processes, topology)
         return StreamRun(
-            policy, dataset.num_processes, dataset.process_index, resumable=True, spans_group=covers
-        )
-    if isinstance(dataset, IterableDatasetShard) and policy != PAD:
-        covers = _covers_group(dataset.num_processes, topology)
-        return StreamRun(
-            policy, dataset.num_processes, dataset.process_index, resumable=False, spans_group=covers
+            policy, dataset.num_processes, dataset.process_index, resumable=native, spans_group=covers
         )
     return None
 

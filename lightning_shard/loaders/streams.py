@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from lightning_shard.comm.collectives import communication_device, is_distributed
 from lightning_shard.loaders.resumable import ShardingInfo
+from lightning_shard.loaders.settings import NATIVE_STREAM_KINDS
 from lightning_shard.loaders.state import LoaderState
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.native_stream import NATIVE, NativeStreamShard
@@ -346,7 +347,7 @@ def native_sharding(shard: NativeStreamShard, stream: StreamRun | None, drop_las
         batch_size=batch_size,
         dataset_length=int(length()) if callable(length) else None,
         step_size=global_batch,
-        sampler="native-stream" if shard.kind == NATIVE else "self-split-stream",
+        sampler=NATIVE_STREAM_KINDS[0] if shard.kind == NATIVE else NATIVE_STREAM_KINDS[1],
     )
 
 
@@ -356,7 +357,7 @@ def check_stream_state(saved: LoaderState, sampler: str, num_processes: int) -> 
     Raises:
         ValueError: the state was saved mid-epoch under another stream sharding or process count.
     """
-    native = {"native-stream", "self-split-stream"}
+    native = NATIVE_STREAM_KINDS
     if saved.steps == 0 or (saved.sampler not in native and sampler not in native):
         return
     if saved.sampler != sampler:
