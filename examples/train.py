@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 import lightning.pytorch as pl
+import torch.distributed as dist
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -98,6 +99,11 @@ def main() -> None:
             print(line)
         print("no sample was lost or repeated across the resume.")
         shutil.rmtree(run_dir, ignore_errors=True)
+    # NOTE: Lightning leaves its process group up after `fit` (a later fit reuses it); ending it on every
+    # process, together, keeps gloo's threads from being torn down mid-read when the other process exits.
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
