@@ -18,6 +18,7 @@ from lightning_shard.lightning import (
 )
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher, StatefulDataLoaderDispatcher
 from lightning_shard.loaders.position import Consumed, ResumeHook
+from lightning_shard.loaders.resumable import WorkerCountWarning
 from lightning_shard.loaders.shard import DataLoaderShard, StatefulDataLoaderShard
 from lightning_shard.loaders.state import LoaderState
 from lightning_shard.loaders.streams import StreamReport
@@ -62,6 +63,7 @@ __all__ = [
     "StreamReport",
     "StreamShardingWarning",
     "StrategyOptions",
+    "WorkerCountWarning",
     "prepare_data_loader",
     "skip_first_batches",
     "stateful_loader_class",

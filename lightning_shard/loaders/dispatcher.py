@@ -260,7 +260,7 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
 
     def _global_batches(self) -> Iterator[list[Any]]:
         """The batches of the user's loader that form each global batch (``N``, or 1 with ``split_batches``)."""
-        source = super().__iter__()
+        source = self._user_batches()
         group = 1 if self.split_batches else self.num_processes
         skip = 0 if self.cursor is not None else self._resume_batches
         skipped = list(itertools.islice(source, skip))

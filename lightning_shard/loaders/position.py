@@ -27,6 +27,9 @@ class Position:
     base_steps: int = 0
     generator_state: str | None = None
     sampler_seed: int | None = None
+    workers: int | None = None
+    """The ``DataLoader`` workers this epoch is read with when not the loader's own: a stream's epoch
+    resumed under another ``num_workers`` finishes under the count it started with."""
 
     @property
     def start(self) -> int:

@@ -8,15 +8,19 @@ state"), so it is the same on every process and loads on any number of processes
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
 
 from lightning_shard.comm.collectives import is_distributed, world_size
 from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.position import Position, Progress, ResumeHook, ShardingInfo
-from lightning_shard.loaders.settings import STREAM_KINDS
+from lightning_shard.loaders.settings import STREAM_KINDS, loader_settings
 from lightning_shard.loaders.state import LoaderState, decode_generator_state, encode_generator_state
 from lightning_shard.sampling.balance import is_balanced
 from lightning_shard.sampling.epochs import forward_epoch
@@ -36,6 +40,7 @@ class ResumableLoaderMixin:
     _pending: Position | None
     _epoch_generator_state: str | None
     _in_epoch: bool
+    _epoch_workers: int | None
 
     def _init_position(self, skip_batches: int) -> None:
         self._progress = Progress()
@@ -47,6 +52,7 @@ class ResumableLoaderMixin:
         self._pending = Position(None, steps=skip_batches) if skip_batches else None
         self._epoch_generator_state = None
         self._in_epoch = False
+        self._epoch_workers = None
 
     # -- to be provided by the loader -------------------------------------------------------------
     def _sharding(self) -> ShardingInfo:
@@ -77,6 +83,32 @@ class ResumableLoaderMixin:
 
     def _restore_streams(self, saved: LoaderState, info: ShardingInfo) -> None:
         """Check and record the per-process stream positions of ``saved`` (nothing for other loaders)."""
+
+    # -- the user's batches -----------------------------------------------------------------------
+    def _own_workers(self) -> int:
+        return int(getattr(self, "num_workers", 0))
+
+    @property
+    def _reading_workers(self) -> int:
+        """The ``DataLoader`` workers the epoch in progress is read with."""
+        return self._own_workers() if self._epoch_workers is None else self._epoch_workers
+
+    def _user_batches(self) -> Iterator[Any]:
+        """A new iterator over the user's batches of this epoch, as the ``DataLoader`` yields them.
+
+        A stream's epoch resumed under another ``num_workers`` is read, to its end, by a one-epoch
+        ``DataLoader`` with the worker count it started with (``_stream_epoch_workers``).
+        """
+        workers = self._epoch_workers
+        if workers is None or workers == self._own_workers():
+            return super().__iter__()  # type: ignore[misc]
+        loader: Any = self
+        settings = dict(loader_settings(loader), num_workers=workers, persistent_workers=False)
+        if workers == 0:
+            settings.update(prefetch_factor=None, multiprocessing_context=None)
+        return iter(
+            DataLoader(loader.dataset, batch_size=loader.batch_size, drop_last=loader.drop_last, **settings)
+        )
 
     # -- what the loader is -----------------------------------------------------------------------
     @property
@@ -155,6 +187,7 @@ class ResumableLoaderMixin:
             # NOTE: e.g. Lightning stops after `len(loader)` batches, without exhausting the iterator.
             self._in_epoch = False
             self._steps, self._base, self._base_steps = 0, 0, 0
+            self._epoch_workers = None
         self._epoch = epoch
         self._forward_epoch(epoch)
 
@@ -171,6 +204,7 @@ class ResumableLoaderMixin:
         self._in_epoch = True
         position = restore if restore is not None else Position(epoch)
         self._steps, self._base, self._base_steps = position.steps, position.base, position.base_steps
+        self._epoch_workers = position.workers
         self._seek(position.start, position.base)
         self.remainder = self._compute_remainder()
 
@@ -190,6 +224,7 @@ class ResumableLoaderMixin:
     def _finish_epoch(self) -> None:
         self._steps, self._base, self._base_steps = 0, 0, 0
         self._in_epoch = False
+        self._epoch_workers = None
         self.set_epoch(self._epoch + 1)
 
     def _position(self) -> Position:
@@ -207,7 +242,13 @@ class ResumableLoaderMixin:
             )
         if self._in_epoch:
             return Position(
-                self._epoch, self._steps, self._base, self._base_steps, self._epoch_generator_state, seed
+                self._epoch,
+                self._steps,
+                self._base,
+                self._base_steps,
+                self._epoch_generator_state,
+                seed,
+                self._epoch_workers,
             )
         return Position(
             self._epoch, generator_state=encode_generator_state(self._sampler_generator()), sampler_seed=seed
@@ -285,7 +326,7 @@ class ResumableLoaderMixin:
             sampler_seed=position.sampler_seed,
             base_steps=position.base_steps,
             world_size=world_size() if is_distributed() else None,
-            num_workers=int(getattr(self, "num_workers", 0)),
+            num_workers=self._own_workers() if position.workers is None else position.workers,
             sampler=info.sampler,
             streams=self._stream_entries(steps),
         )
@@ -318,13 +359,13 @@ class ResumableLoaderMixin:
         saved = LoaderState.from_dict(state_dict)
         info = self._sharding()
         _check_compatible(saved, info)
-        _check_stream_workers(saved, info, int(getattr(self, "num_workers", 0)))
         self._restore_streams(saved, info)
         resharded = saved.num_processes != info.num_processes
         # NOTE: another number of processes continues after everything consumed, its steps counted as taken.
         base, base_steps = (saved.consumed, saved.steps) if resharded else (saved.base, saved.base_steps)
+        workers = _stream_epoch_workers(saved, info, self._own_workers())
         self._pending = Position(
-            saved.epoch, saved.steps, base, base_steps, saved.generator_state, saved.sampler_seed
+            saved.epoch, saved.steps, base, base_steps, saved.generator_state, saved.sampler_seed, workers
         )
         self._epoch = saved.epoch
         if resharded and self.resume_hook is not None:
@@ -360,18 +401,29 @@ def _sampler_matters(saved: LoaderState, here: object) -> bool:
     )
 
 
-def _check_stream_workers(saved: LoaderState, info: ShardingInfo, num_workers: int) -> None:
-    """Refuse a mid-epoch stream state saved with another number of workers.
+def _stream_epoch_workers(saved: LoaderState, info: ShardingInfo, num_workers: int) -> int | None:
+    """The worker count a stream's resumed epoch must finish under, when it is not the loader's own.
 
-    NOTE: a stream's batches come out of its workers interleaved, in an order that depends on their
-    number, so the batches consumed under one count are not a prefix of the epoch under another. A
-    map-style loader's position is indices, which any number of workers fetches alike.
+    NOTE: a stream's batches come out of its ``DataLoader`` workers interleaved, each worker reading its
+    own part (split by the dataset, or by ``shard(W, w)``), so an epoch's batches and their order depend
+    on the number of workers: only the count the epoch started with continues it exactly. The rest of
+    the epoch is read with that count, and the loader's own applies from the next epoch (docs/DESIGN.md,
+    "Elastic resume"). A map-style loader's position is indices, which any number of workers fetches alike.
     """
     if info.sampler not in STREAM_KINDS or saved.steps == 0 or saved.num_workers == num_workers:
-        return
-    raise ValueError(
-        f"`state_dict` was saved mid-epoch with `num_workers={saved.num_workers}`, but this loader has "
-        f"`num_workers={num_workers}`: a stream's batches come out of its workers in an order that depends on "
-        f"their number, so the position does not carry over. Resume this epoch with `num_workers="
-        f"{saved.num_workers}`, or load a state saved between epochs (it loads with any number of workers)."
-    )
+        return None
+    if not is_distributed() or dist.get_rank() == 0:
+        warnings.warn(
+            f"lightning_shard: the stream state was saved in epoch {saved.epoch} at step {saved.steps} with "
+            f"`num_workers={saved.num_workers}`; this loader has `num_workers={num_workers}`. The rest of epoch "
+            f"{saved.epoch} is read with {saved.num_workers} workers (a stream's batches and their order depend on "
+            f"the number of workers, so only that count continues the epoch exactly); `num_workers={num_workers}` "
+            "applies from the next epoch.",
+            WorkerCountWarning,
+            stacklevel=3,
+        )
+    return saved.num_workers
+
+
+class WorkerCountWarning(UserWarning):
+    """A stream's epoch resumed under another ``num_workers`` finishes with the count it was saved with."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 _REBUILT_BY_US = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
@@ -30,7 +30,9 @@ STREAM_KINDS = (STRIDED_STREAM, *NATIVE_STREAM_KINDS)
 def sampler_kind(sampler: Any, dataset: Any) -> str:
     """The kind of index source recorded in the state: the index sampler's class, or ``"iterable"``."""
     if sampler is None:
-        return STRIDED_STREAM if not hasattr(dataset, "__getitem__") else "none"
+        # NOTE: `IterableDataset` inherits a `__getitem__` that raises from `Dataset`.
+        streamed = isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__")
+        return STRIDED_STREAM if streamed else "none"
     return type(sampler).__name__
 
 

@@ -150,7 +150,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
             # NOTE: each worker iterates its own copy of the stream and the DataLoader interleaves
             # their batches, so with workers the batches to skip are dropped after interleaving: exact,
             # at the cost of collating them.
-            self._discard = start if self.num_workers > 0 else 0
+            self._discard = start if self._reading_workers > 0 else 0
             self.dataset.resume(skip_steps=start - self._discard, skip_elements=base)
         elif start or base:
             raise ValueError(
@@ -211,10 +211,10 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         synchronize_rng_states(self.rng_types, self.synchronized_generator)
         self._begin_epoch()
-        loaded = super().__iter__()
+        loaded = self._user_batches()
         batches = itertools.islice(loaded, self._discard, None) if self._discard else loaded
         if self.stream is not None:
-            return self._stream_epoch(batches, super().__iter__)
+            return self._stream_epoch(batches, self._user_batches)
         return self._look_ahead(batches)
 
     def _stream_epoch(self, batches: Iterator[Any], restart: Callable[[], Iterator[Any]]) -> Iterator[Any]:

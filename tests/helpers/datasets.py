@@ -95,6 +95,21 @@ class IdShardsStream(IterableDataset):
                 yield index
 
 
+class WorkerSplitIdStream(IterableDataset):
+    """The ids ``0 .. length - 1``, split among ``DataLoader`` workers as torch's documentation shows:
+    worker ``w`` of ``W`` yields ids ``w, w + W, ...``, so what each worker reads depends on ``W``."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __iter__(self) -> Iterator[int]:
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+        return iter(range(worker, self.length, workers))
+
+
 class RankSplitIdStream(IterableDataset):
     """A stream that splits itself by rank (and worker), as LitData's ``StreamingDataset`` does: process
     ``r`` of ``N`` reads shards ``r, r + N, ...``; it declares it with ``splits_by_rank = True``."""

@@ -50,6 +50,18 @@ class SizedRecordStream(RecordStream):
         return self.length
 
 
+class WorkerSplitRecordStream(SizedRecordStream):
+    """``SizedRecordStream`` split among ``DataLoader`` workers by the dataset (worker ``w`` of ``W`` reads
+    ids ``w, w + W, ...``), so its order depends on the number of workers."""
+
+    def __iter__(self) -> Any:
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+        return (RecordMap(self.length)[index] for index in range(worker, self.length, workers))
+
+
 class Recorder(pl.LightningModule):
     """Records per process: the ids of each training step, gathered validation ids, learning rates."""
 

@@ -93,6 +93,22 @@ def test_another_worker_count_resumes_exactly(runs: Path) -> None:
         assert stopped[rank] + resumed[rank] == full[rank], "saved with 0 workers, resumed with 2"
 
 
+def test_a_stream_resumed_with_another_worker_count_finishes_its_epoch_exactly(runs: Path) -> None:
+    """Saved with 2 workers, resumed with none: the rest of epoch 0 is read with 2 workers as the
+    uninterrupted fit read it; epoch 1 is read without workers (ids in order, strided over 2 processes)."""
+    root = runs / "stream_workers"
+    full, stopped, resumed = (_steps(root / run) for run in ("full", "stop2", "resume2to2"))
+    ordered = [[list(range(8 * t + 4 * rank, 8 * t + 4 * rank + 4)) for t in range(6)] for rank in (0, 1)]
+    ordered[0].append([48, 49, 0, 1])  # NOTE: the last global batch is padded from the epoch's first
+    ordered[1].append([2, 3, 4, 5])
+    for rank in (0, 1):
+        first = [step for step in full[rank] if step[0] == 0]
+        assert len(stopped[rank]) == STOP_AT
+        assert stopped[rank] + [step for step in resumed[rank] if step[0] == 0] == first
+        assert first != [[0, t, ids] for t, ids in enumerate(ordered[rank])], "2 workers read another order"
+        assert [ids for epoch, _, ids in resumed[rank] if epoch == 1] == ordered[rank]
+
+
 @pytest.mark.parametrize("mode", ["max_size_cycle", "min_size"])
 def test_several_training_loaders_resume_what_training_consumed(runs: Path, mode: str) -> None:
     name = f"several_{mode}"

@@ -23,9 +23,9 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from lightning_shard import DataLoaderShard, prepare_data_loader, skip_first_batches
+from lightning_shard import DataLoaderShard, WorkerCountWarning, prepare_data_loader, skip_first_batches
 from lightning_shard.loaders.state import STATE_VERSION
-from tests.helpers.datasets import IdMap
+from tests.helpers.datasets import IdMap, WorkerSplitIdStream
 from tests.helpers.dist import run_distributed
 from tests.helpers.loader_cases import FormMap, LoaderCase, indices
 
@@ -485,15 +485,58 @@ def test_dispatch_and_synchronised_state_on_real_groups() -> None:
         check_exactly_once(remaining, [on_one], padded=False, head=epoch_order)
 
 
-def test_a_stream_refuses_another_worker_count_mid_epoch_only() -> None:
+def _worker_split(workers: int, rank: int, dispatch: bool = False) -> Any:
+    """29 ids split among the workers by the dataset itself, strided over 2 processes (or dispatched)."""
+    data = DataLoader(
+        WorkerSplitIdStream(29),
+        batch_size=3,
+        num_workers=workers,
+        multiprocessing_context="fork" if workers else None,
+    )
+    if dispatch:
+        return prepare_data_loader(data, num_processes=1, process_index=0, **DISPATCH)
+    return prepare_data_loader(data, num_processes=2, process_index=rank)
+
+
+@pytest.mark.parametrize(("saved", "resumed"), [(2, 0), (0, 2), (2, 3)])
+@pytest.mark.parametrize("dispatch", [False, True])
+def test_a_stream_epoch_resumed_under_another_worker_count_finishes_exactly(
+    saved: int, resumed: int, dispatch: bool
+) -> None:
+    """docs/DESIGN.md, "Elastic resume": the rest of the epoch is read with the saved worker count (the
+    only exact continuation: which ids each worker reads depends on their number), the new count applies
+    from the next epoch, and a state saved in the bridged epoch records the saved count."""
+    for rank in range(1 if dispatch else 2):
+        whole = take(_worker_split(saved, rank, dispatch))
+        stop = 2
+        first = _worker_split(saved, rank, dispatch)
+        head = take(first, stop)
+        state = json.loads(json.dumps(first.state_dict()))
+        again = _worker_split(resumed, rank, dispatch)
+        with pytest.warns(WorkerCountWarning, match=rf"rest of epoch 0 is read with {saved} workers"):
+            again.load_state_dict(state)
+        batches = iter(again)
+        step = indices(next(batches))
+        middle = again.state_dict()
+        tail = [step] + [indices(batch) for batch in batches]
+        assert head + tail == whole, (
+            f"rank {rank}: the epoch continues as it would have under {saved} workers"
+        )
+        assert middle["num_workers"] == saved and middle["steps"] == stop + 1
+        following = take(again)
+        fresh = _worker_split(resumed, rank, dispatch)
+        take(fresh)
+        assert following == take(fresh), "the next epoch is read with the loader's own worker count"
+        assert following != whole, "the two worker counts read the stream in different orders"
+        third = _worker_split(resumed, rank, dispatch)
+        with pytest.warns(WorkerCountWarning, match="rest of epoch 0"):
+            third.load_state_dict(middle)
+        assert take(third) == whole[stop + 1 :], "a state saved in the bridged epoch continues it too"
+
+
+def test_a_stream_state_saved_between_epochs_loads_with_any_worker_count() -> None:
     case = LoaderCase(iterable=True, length=30, batch_size=3)
-    saved = stopped(case, 2, 0, 0, 2).state_dict()
-    with_workers = LoaderCase(iterable=True, length=30, batch_size=3, num_workers=2)
-    with pytest.raises(
-        ValueError, match=r"`num_workers=0`.*`num_workers=2`.*Resume this epoch with `num_workers=0`"
-    ):
-        build(with_workers, 2, 0).load_state_dict(saved)
     between = stopped(case, 2, 0, 1, 0).state_dict()
-    loader = build(with_workers, 2, 0)
+    loader = build(LoaderCase(iterable=True, length=30, batch_size=3, num_workers=2), 2, 0)
     loader.load_state_dict(between)
-    assert loader.epoch == 1, "a state saved between epochs loads with any number of workers"
+    assert loader.epoch == 1 and loader.state_dict()["num_workers"] == 2

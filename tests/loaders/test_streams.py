@@ -8,6 +8,7 @@ step the other did not take would block there.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
@@ -16,8 +17,8 @@ import torch.distributed as dist
 from accelerate.data_loader import IterableDatasetShard as ReferenceShard
 from torch.utils.data import DataLoader
 
-from lightning_shard import prepare_data_loader
-from tests.helpers.datasets import IdStream, RankSplitIdStream
+from lightning_shard import WorkerCountWarning, prepare_data_loader
+from tests.helpers.datasets import IdShardsStream, IdStream, RankSplitIdStream
 from tests.helpers.dist import run_distributed
 from tests.helpers.hf import hf_id_stream
 
@@ -30,11 +31,21 @@ LENGTHS = [10, 3, 17, 1, 9]
 """Process 0's share holds ids 0-29 (3 shards), process 1's ids 30-39 (2 shards)."""
 
 
+def _ids(batch: Any) -> list[int]:
+    return [int(i) for i in (batch["id"] if isinstance(batch, dict) else batch)]
+
+
+def _shards(lengths: list[int]) -> list[list[int]]:
+    """Consecutive ids, one shard per length (as ``hf_id_stream``)."""
+    bounds = [sum(lengths[:i]) for i in range(len(lengths) + 1)]
+    return [list(range(low, high)) for low, high in zip(bounds, bounds[1:], strict=False)]
+
+
 def train(loader: Any, steps: int | None = None) -> list[list[int]]:
     """The ids of each batch, with a collective after every one (as DDP), for ``steps`` batches or all."""
     seen = []
     for batch in loader:
-        seen.append([int(i) for i in (batch["id"] if isinstance(batch, dict) else batch)])
+        seen.append(_ids(batch))
         dist.all_reduce(torch.ones(1))
         if steps is not None and len(seen) == steps:
             break
@@ -84,6 +95,41 @@ def resumed(rank: int, workers: int, stop: int) -> dict[str, Any]:
     return {"whole": whole, "head": head, "tail": train(again), "state": state}
 
 
+def worker_change(rank: int, saved: int, resumed: int, hf: bool) -> dict[str, Any]:
+    """An epoch stopped with ``saved`` workers (process 1 padding by then), resumed with ``resumed``."""
+    dataset = hf_id_stream(LENGTHS).shuffle(seed=3, buffer_size=4) if hf else IdShardsStream(_shards(LENGTHS))
+    make = lambda workers: prepare_data_loader(_loader(dataset, workers))  # noqa: E731
+    whole = train(make(saved))
+    first = make(saved)
+    head = train(first, 5)
+    state = first.state_dict()
+    again = make(resumed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again.load_state_dict(state)
+    batches = iter(again)
+    step = _ids(next(batches))
+    dist.all_reduce(torch.ones(1))
+    middle = again.state_dict()
+    tail = [step, *train(batches)]
+    following = train(again)
+    fresh = make(resumed)
+    train(fresh)
+    third = make(resumed)
+    third.load_state_dict(middle)
+    return {
+        "whole": whole,
+        "head": head,
+        "tail": tail,
+        "state": state,
+        "middle": middle,
+        "warned": [str(w.message) for w in caught if issubclass(w.category, WorkerCountWarning)],
+        "following": following,
+        "fresh": train(fresh),
+        "third": train(third),
+    }
+
+
 def passed_through(rank: int) -> list[list[int]]:
     from datasets.distributed import split_dataset_by_node
 
@@ -119,6 +165,9 @@ def scenarios(rank: int, world_size: int) -> dict[str, Any]:
         "uneven2": uneven(rank, 2),
         "resumed_padding": resumed(rank, 2, stop=6),
         "resumed_real": resumed(rank, 0, stop=1),
+        "workers_2_to_0": worker_change(rank, 2, 0, hf=False),
+        "workers_0_to_2": worker_change(rank, 0, 2, hf=False),
+        "hf_workers_2_to_0": worker_change(rank, 2, 0, hf=True),
         "passed_through": passed_through(rank),
         "fallback": fallback(rank),
         "strided_shortest": strided_shortest(rank),
@@ -197,3 +246,24 @@ def test_an_empty_share_cannot_be_padded(results: list[dict[str, Any]]) -> None:
 def test_strided_even_batches_false_stops_every_process_together(results: list[dict[str, Any]]) -> None:
     # 9 ids in global batches of 4: process 1 has no part of the last one, so both stop after 2 steps.
     assert [rank["strided_shortest"] for rank in results] == [[[0, 1], [4, 5]], [[2, 3], [6, 7]]]
+
+
+@pytest.mark.parametrize("case", ["workers_2_to_0", "workers_0_to_2", "hf_workers_2_to_0"])
+def test_a_native_stream_resumed_under_another_worker_count_finishes_the_epoch_exactly(
+    results: list[dict[str, Any]], case: str
+) -> None:
+    """docs/DESIGN.md, "Elastic resume": the rest of the epoch is read with the saved worker count."""
+    first, second = (rank[case] for rank in results)
+    saved = first["state"]["num_workers"]
+    assert first["state"] == second["state"] and first["middle"] == second["middle"]
+    assert first["middle"]["num_workers"] == saved, "the bridged epoch records the count it is read with"
+    assert any(end is not None for end in (e["ended_at"] for e in first["state"]["streams"])), (
+        "process 1's share had ended (it was padding) when saved"
+    )
+    assert len(first["warned"]) == 1 and not second["warned"], "rank 0 says it once"
+    for rank in results:
+        run = rank[case]
+        assert run["head"] + run["tail"] == run["whole"]
+        assert run["third"] == run["whole"][6:], "a state saved in the bridged epoch continues it too"
+        assert run["following"] == run["fresh"], "the next epoch is read with the loader's own count"
+    assert first["following"] != first["whole"], "the two worker counts read the share in different orders"

@@ -4,7 +4,7 @@
 
 ``one`` (1 process): a shuffled fit stopped mid-epoch. ``two`` (2 processes): that checkpoint resumed
 (1 -> 2); fits stopped mid-epoch in shard, ``split_batches`` and dispatch mode and over a (strided) stream; a stop with 0 workers
-resumed with 2; several training loaders stopped and resumed; checkpoints written while validation runs
+resumed with 2, and a stream that its workers split stopped with 2 workers, resumed with none; several training loaders stopped and resumed; checkpoints written while validation runs
 inside an epoch, resumed. ``three`` (3 processes): the 2-process checkpoints resumed (2 -> 3), a
 ``split_batches`` checkpoint the new count cannot split (refused), a 3-process stop. ``back`` (2
 processes): the 3-process checkpoint resumed (3 -> 2). Each fit records what every process trained on.
@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader
 
 import lightning_shard  # noqa: F401 - registers the "shard" strategies
 from lightning_shard import ShardStrategy
-from tests.helpers.lightning_app import Recorder, SizedRecordStream, loader, trainer
+from tests.helpers.lightning_app import Recorder, SizedRecordStream, WorkerSplitRecordStream, loader, trainer
 
 LENGTH, BATCH, STOP_AT = 50, 4, 3
 """50 samples in batches of 4; the stopped fits checkpoint after 3 steps."""
@@ -51,6 +51,8 @@ def _data(mode: str, **kwargs: Any) -> DataLoader:
         return loader(LENGTH, 12, shuffle=True, **kwargs)  # 12: split by 2 and 3, not by 5
     if mode in ("dispatch", "stream"):
         return DataLoader(SizedRecordStream(LENGTH), batch_size=BATCH)
+    if mode == "worker_split_stream":
+        return DataLoader(WorkerSplitRecordStream(LENGTH), batch_size=BATCH, **kwargs)
     return loader(LENGTH, BATCH, shuffle=True, **kwargs)
 
 
@@ -81,6 +83,15 @@ def full(out: Path, name: str, devices: int, make: Callable[[], Any], **settings
     run = _dir(out, f"{name}/full")
     pl.seed_everything(0)
     trainer(run, devices=devices, **{"max_epochs": 2, **settings}).fit(Recorder(str(run)), make())
+
+
+def stream_workers(out: Path) -> None:
+    """A stream its workers split, stopped with 2 workers and resumed with none; and the uninterrupted fit."""
+    workers = {"num_workers": 2, "multiprocessing_context": "fork", "persistent_workers": False}
+    mode = "worker_split_stream"
+    stop(out, "stream_workers", mode, 2, **workers)
+    resume(out, "stream_workers", mode, 2, 2)
+    full(out, "stream_workers", 2, lambda: _data(mode, **workers))
 
 
 # -- several training loaders, checkpoints during validation ----------------------------------------------
@@ -160,6 +171,7 @@ def two(out: Path) -> None:
     stop(out, "workers", "shard", 2)
     resume(out, "workers", "shard", 2, 2, num_workers=2, persistent_workers=False)
     full(out, "workers", 2, lambda: loader(LENGTH, BATCH, shuffle=True, num_workers=2))
+    stream_workers(out)
     several(out, "max_size_cycle")
     several(out, "min_size")
     during_validation(out)
