@@ -90,4 +90,17 @@ def test_resume_mid_epoch_while_a_share_pads_continues_exactly(
         assert full[rank][6:] == resume[rank], "workers, shuffle and padding position restored exactly"
     epochs = [[ids for epoch, _, ids in full[0] if epoch == e] for e in (0, 1)]
     assert epochs[0] != epochs[1], "the shuffled stream reorders each epoch"
+    without = [rank["train"] for rank in read_records(out / "resume0", "fit", 2)]
+    for rank in (0, 1):
+        rest = [step for step in full[rank][6:] if step[0] == 0]
+        assert [step for step in without[rank] if step[0] == 0] == rest, (
+            "resumed with num_workers=0: the rest of the epoch is read with the saved 2 workers"
+        )
+    unworked = [[ids for epoch, _, ids in without[rank] if epoch == 1] for rank in (0, 1)]
+    assert len(unworked[0]) == len(unworked[1])
+    assert {i for rank in unworked for ids in rank for i in ids} == {i for ids in epochs[1] for i in ids} | {
+        i for epoch, _, ids in full[1] if epoch == 1 for i in ids
+    }, "the next epoch, read without workers, covers the stream"
+    assert unworked[0] != [ids for epoch, _, ids in full[0] if epoch == 1], "and is read in another order"
+    assert "rest of epoch 0 is read with 2 workers" in output
     assert "not resumable" not in output

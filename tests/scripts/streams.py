@@ -79,14 +79,14 @@ def _as_ids(batch: list[int]) -> dict[str, Tensor]:
     return {"id": torch.tensor(batch)}
 
 
-def _shuffled() -> DataLoader:
+def _shuffled(workers: int = 2) -> DataLoader:
     data = hf_id_stream(TRAIN_SHARDS).shuffle(seed=7, buffer_size=4)
-    return DataLoader(data, batch_size=4, num_workers=2, persistent_workers=False)
+    return DataLoader(data, batch_size=4, num_workers=workers, persistent_workers=False)
 
 
 def resume(out: Path) -> None:
     """A shuffled stream read by 2 workers per process: uninterrupted, stopped mid-epoch while process 1
-    pads, and resumed from that checkpoint."""
+    pads, and resumed from that checkpoint, with 2 workers and with none."""
     pl.seed_everything(0)
     trainer(out / "full", max_epochs=2).fit(StreamRecorder(str(out / "full")), _shuffled())
     save = ModelCheckpoint(out / "checkpoints", every_n_train_steps=6, save_top_k=-1, filename="{step}")
@@ -95,13 +95,15 @@ def resume(out: Path) -> None:
     (checkpoint,) = (out / "checkpoints").glob("*.ckpt")
     resumed = trainer(out / "resume2", max_epochs=2)
     resumed.fit(StreamRecorder(str(out / "resume2")), _shuffled(), ckpt_path=str(checkpoint))
+    without = trainer(out / "resume0", max_epochs=2)
+    without.fit(StreamRecorder(str(out / "resume0")), _shuffled(workers=0), ckpt_path=str(checkpoint))
 
 
 SCENARIOS = {function.__name__: function for function in (uneven, resume)}
 
 if __name__ == "__main__":
     name, out_dir = sys.argv[1], Path(sys.argv[2])
-    for directory in ("", "pad", "shortest", "full", "stop", "resume2"):
+    for directory in ("", "pad", "shortest", "full", "stop", "resume2", "resume0"):
         (out_dir / directory).mkdir(parents=True, exist_ok=True)
     pl.seed_everything(0)
     SCENARIOS[name](out_dir)
