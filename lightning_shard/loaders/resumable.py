@@ -20,7 +20,12 @@ from torch.utils.data import DataLoader
 from lightning_shard.comm.collectives import is_distributed, world_size
 from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.position import Position, Progress, ResumeHook, ShardingInfo
-from lightning_shard.loaders.settings import STREAM_KINDS, loader_settings
+from lightning_shard.loaders.settings import (
+    NATIVE_STREAM_KINDS,
+    STREAM_KINDS,
+    STRIDED_STREAM,
+    loader_settings,
+)
 from lightning_shard.loaders.state import LoaderState, decode_generator_state, encode_generator_state
 from lightning_shard.sampling.balance import is_balanced
 from lightning_shard.sampling.epochs import forward_epoch
@@ -392,13 +397,14 @@ def _check_compatible(saved: LoaderState, info: ShardingInfo) -> None:
 
 def _sampler_matters(saved: LoaderState, here: object) -> bool:
     """Whether a change of index sampler kind breaks the saved position: only in the middle of an epoch
-    (the next epoch starts afresh anyway), and streams say it themselves (``loaders/streams.py``)."""
-    return (
-        saved.sampler is not None
-        and saved.steps > 0
-        and saved.sampler not in STREAM_KINDS
-        and here not in STREAM_KINDS
-    )
+    (the next epoch starts afresh anyway); natively sharded streams say it themselves
+    (``loaders/streams.py``)."""
+    if saved.sampler is None or saved.steps == 0:
+        return False
+    if saved.sampler in NATIVE_STREAM_KINDS or here in NATIVE_STREAM_KINDS:
+        return False
+    # NOTE: a dispatched stream's state recorded "none" before (CHANGELOG, "Unreleased"): the same stream.
+    return {saved.sampler, here} != {STRIDED_STREAM, "none"}
 
 
 def _stream_epoch_workers(saved: LoaderState, info: ShardingInfo, num_workers: int) -> int | None:

@@ -540,3 +540,14 @@ def test_a_stream_state_saved_between_epochs_loads_with_any_worker_count() -> No
     loader = build(LoaderCase(iterable=True, length=30, batch_size=3, num_workers=2), 2, 0)
     loader.load_state_dict(between)
     assert loader.epoch == 1 and loader.state_dict()["num_workers"] == 2
+
+
+def test_a_stream_position_is_refused_by_a_map_style_loader_mid_epoch_only() -> None:
+    stream, indexed = LoaderCase(iterable=True, length=30, batch_size=3), LoaderCase(length=30, batch_size=3)
+    with pytest.raises(
+        ValueError, match=r"`sampler='iterable'`, but this loader has `sampler='SequentialSampler'`"
+    ):
+        build(indexed, 2, 0).load_state_dict(stopped(stream, 2, 0, 0, 2).state_dict())
+    loader = build(indexed, 2, 0)
+    loader.load_state_dict(stopped(stream, 2, 0, 1, 0).state_dict())
+    assert take(loader) == take(build(indexed, 2, 0)), "between epochs the next epoch starts afresh"
