@@ -548,6 +548,10 @@ def test_a_stream_position_is_refused_by_a_map_style_loader_mid_epoch_only() -> 
         ValueError, match=r"`sampler='iterable'`, but this loader has `sampler='SequentialSampler'`"
     ):
         build(indexed, 2, 0).load_state_dict(stopped(stream, 2, 0, 0, 2).state_dict())
+    with pytest.raises(
+        ValueError, match=r"`sampler='SequentialSampler'`, but this loader has `sampler='iterable'`"
+    ):
+        build(stream, 2, 0).load_state_dict(stopped(indexed, 2, 0, 0, 2).state_dict())
     loader = build(indexed, 2, 0)
     loader.load_state_dict(stopped(stream, 2, 0, 1, 0).state_dict())
     assert take(loader) == take(build(indexed, 2, 0)), "between epochs the next epoch starts afresh"
