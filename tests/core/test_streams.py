@@ -23,19 +23,11 @@ from lightning_shard.sampling.native_stream import (
     choose_stream_sharding,
     splits_by_rank,
 )
-from tests.helpers.datasets import IdShardsStream, IdStream, RankSplitIdStream
+from tests.helpers.datasets import IdShardsStream, IdStream, RankSplitIdStream, id_shards
 from tests.helpers.hf import hf_id_stream
 
 LENGTHS = [10, 3, 17, 1, 9]
 """Five shards of different lengths: on 2 processes, process 0 gets 30 ids and process 1 gets 10."""
-
-
-def _shards(lengths: list[int]) -> list[list[int]]:
-    bounds, low = [], 0
-    for length in lengths:
-        bounds.append(list(range(low, low + length)))
-        low += length
-    return bounds
 
 
 def _ids(loader: Any) -> list[int]:
@@ -43,7 +35,7 @@ def _ids(loader: Any) -> list[int]:
 
 
 def test_choice_of_sharding() -> None:
-    shardable = IdShardsStream(_shards(LENGTHS))
+    shardable = IdShardsStream(id_shards(LENGTHS))
     assert choose_stream_sharding(shardable, "auto", 2).kind == "native"
     assert choose_stream_sharding(shardable, "auto", 5).kind == "native"
     assert choose_stream_sharding(shardable, "stride", 2).kind == "stride"
@@ -58,11 +50,11 @@ def test_choice_of_sharding() -> None:
 
 def test_native_refused_where_it_cannot_apply() -> None:
     with pytest.raises(ValueError, match=r"it has 5 shards for 6 processes.*iterable_sharding='auto'"):
-        choose_stream_sharding(IdShardsStream(_shards(LENGTHS)), "native", 6)
+        choose_stream_sharding(IdShardsStream(id_shards(LENGTHS)), "native", 6)
     with pytest.raises(TypeError, match=r"`iterable_sharding='native'`.*does not implement `n_shards`"):
         choose_stream_sharding(IdStream(8), "native", 2)
     with pytest.raises(ValueError, match=r"`iterable_sharding='stride'`.*1/2 of its own 1/2"):
-        choose_stream_sharding(RankSplitIdStream(_shards(LENGTHS)), "stride", 2)
+        choose_stream_sharding(RankSplitIdStream(id_shards(LENGTHS)), "stride", 2)
     with pytest.raises(ValueError, match=r"`iterable_sharding` must be one of"):
         prepare_data_loader(DataLoader(IdStream(8)), iterable_sharding="natively")
 
@@ -75,7 +67,7 @@ class _ListShards(IdShardsStream):
 
 
 def test_workers_need_a_share_they_can_split() -> None:
-    loader = DataLoader(_ListShards(_shards(LENGTHS)), batch_size=2, num_workers=2)
+    loader = DataLoader(_ListShards(id_shards(LENGTHS)), batch_size=2, num_workers=2)
     with pytest.raises(TypeError, match=r"returned a list.*`num_workers=0`"):
         prepare_data_loader(loader, num_processes=2, process_index=0)
 
@@ -99,7 +91,7 @@ def test_datasets_that_split_themselves_are_recognised() -> None:
 @pytest.mark.parametrize("workers", [0, 2])
 def test_each_sample_is_read_once_in_the_job(tmp_path: Path, workers: int) -> None:
     log = tmp_path / "reads.txt"
-    dataset = IdShardsStream(_shards(LENGTHS), log=str(log))
+    dataset = IdShardsStream(id_shards(LENGTHS), log=str(log))
     per_process = []
     for rank in (0, 1):
         loader = prepare_data_loader(
@@ -155,7 +147,7 @@ def test_strided_even_batches_false_counts_the_shortest() -> None:
 
 
 def test_native_state_round_trip_and_refusals() -> None:
-    dataset = IdShardsStream(_shards(LENGTHS))
+    dataset = IdShardsStream(id_shards(LENGTHS))
     loader = prepare_data_loader(DataLoader(dataset, batch_size=4), num_processes=2, process_index=1)
     iterator = iter(loader)
     [next(iterator) for _ in range(2)]

@@ -59,6 +59,23 @@ class ShuffledIdStream(IterableDataset):
         return iter(torch.randperm(self.length, generator=self.generator).tolist())
 
 
+def id_shards(lengths: Sequence[int]) -> list[list[int]]:
+    """Consecutive ids, one shard per length: ``[3, 0, 2]`` gives ``[[0, 1, 2], [], [3, 4]]``."""
+    shards, low = [], 0
+    for length in lengths:
+        shards.append(list(range(low, low + length)))
+        low += length
+    return shards
+
+
+def worker_split() -> tuple[int, int]:
+    """``(W, w)``: the number of ``DataLoader`` workers and this one's index (``(1, 0)`` outside workers)."""
+    from torch.utils.data import get_worker_info
+
+    info = get_worker_info()
+    return (info.num_workers, info.id) if info is not None else (1, 0)
+
+
 def contiguous_groups(count: int, num_groups: int, index: int) -> range:
     """Which of ``count`` pieces group ``index`` of ``num_groups`` holds: contiguous, the first ones larger
     (how Hugging Face ``datasets`` assigns shards)."""
@@ -103,10 +120,7 @@ class WorkerSplitIdStream(IterableDataset):
         self.length = length
 
     def __iter__(self) -> Iterator[int]:
-        from torch.utils.data import get_worker_info
-
-        info = get_worker_info()
-        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+        workers, worker = worker_split()
         return iter(range(worker, self.length, workers))
 
 
@@ -121,10 +135,8 @@ class RankSplitIdStream(IterableDataset):
 
     def __iter__(self) -> Iterator[int]:
         import torch.distributed as dist
-        from torch.utils.data import get_worker_info
 
         rank, size = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-        info = get_worker_info()
-        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+        workers, worker = worker_split()
         for shard in self.shards[rank::size][worker::workers]:
             yield from shard

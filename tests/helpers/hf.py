@@ -11,19 +11,17 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import datasets  # noqa: E402 - after the offline switch
 
+from tests.helpers.datasets import id_shards  # noqa: E402
+
 datasets.disable_progress_bars()
 
 
-def _records(shards: Sequence[tuple[int, int]]) -> Iterator[dict[str, int]]:
-    for low, high in shards:
-        for index in range(low, high):
+def _records(shards: Sequence[Sequence[int]]) -> Iterator[dict[str, int]]:
+    for shard in shards:
+        for index in shard:
             yield {"id": index}
 
 
 def hf_id_stream(lengths: Sequence[int]) -> Any:
     """A ``datasets.IterableDataset`` of ``{"id": i}`` with one shard per length: ids ``0 .. sum - 1`` in order."""
-    bounds, low = [], 0
-    for length in lengths:
-        bounds.append((low, low + length))
-        low += length
-    return datasets.IterableDataset.from_generator(_records, gen_kwargs={"shards": bounds})
+    return datasets.IterableDataset.from_generator(_records, gen_kwargs={"shards": id_shards(lengths)})

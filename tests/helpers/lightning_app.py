@@ -13,6 +13,8 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from tests.helpers.datasets import WorkerSplitIdStream
+
 
 def features(index: int) -> Tensor:
     generator = torch.Generator().manual_seed(index)
@@ -55,11 +57,7 @@ class WorkerSplitRecordStream(SizedRecordStream):
     ids ``w, w + W, ...``), so its order depends on the number of workers."""
 
     def __iter__(self) -> Any:
-        from torch.utils.data import get_worker_info
-
-        info = get_worker_info()
-        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
-        return (RecordMap(self.length)[index] for index in range(worker, self.length, workers))
+        return (RecordMap(self.length)[index] for index in WorkerSplitIdStream(self.length))
 
 
 class Recorder(pl.LightningModule):

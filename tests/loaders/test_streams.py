@@ -18,7 +18,7 @@ from accelerate.data_loader import IterableDatasetShard as ReferenceShard
 from torch.utils.data import DataLoader
 
 from lightning_shard import WorkerCountWarning, prepare_data_loader
-from tests.helpers.datasets import IdShardsStream, IdStream, RankSplitIdStream
+from tests.helpers.datasets import IdShardsStream, IdStream, RankSplitIdStream, id_shards
 from tests.helpers.dist import run_distributed
 from tests.helpers.hf import hf_id_stream
 
@@ -33,12 +33,6 @@ LENGTHS = [10, 3, 17, 1, 9]
 
 def _ids(batch: Any) -> list[int]:
     return [int(i) for i in (batch["id"] if isinstance(batch, dict) else batch)]
-
-
-def _shards(lengths: list[int]) -> list[list[int]]:
-    """Consecutive ids, one shard per length (as ``hf_id_stream``)."""
-    bounds = [sum(lengths[:i]) for i in range(len(lengths) + 1)]
-    return [list(range(low, high)) for low, high in zip(bounds, bounds[1:], strict=False)]
 
 
 def train(loader: Any, steps: int | None = None) -> list[list[int]]:
@@ -97,7 +91,9 @@ def resumed(rank: int, workers: int, stop: int) -> dict[str, Any]:
 
 def worker_change(rank: int, saved: int, resumed: int, hf: bool) -> dict[str, Any]:
     """An epoch stopped with ``saved`` workers (process 1 padding by then), resumed with ``resumed``."""
-    dataset = hf_id_stream(LENGTHS).shuffle(seed=3, buffer_size=4) if hf else IdShardsStream(_shards(LENGTHS))
+    dataset = (
+        hf_id_stream(LENGTHS).shuffle(seed=3, buffer_size=4) if hf else IdShardsStream(id_shards(LENGTHS))
+    )
     make = lambda workers: prepare_data_loader(_loader(dataset, workers))  # noqa: E731
     whole = train(make(saved))
     first = make(saved)
