@@ -17,6 +17,7 @@ from lightning_shard.loaders.resumable import ResumableLoaderMixin
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
 from lightning_shard.loaders.streams import PAD, SHORTEST
+from lightning_shard.loaders.user_class import carry_user_attributes, user_loader_class, with_user_class
 from lightning_shard.loaders.variants import stateful_loader_class
 from lightning_shard.options import ShardOptions
 from lightning_shard.sampling.balance import BALANCED, EvenBatches
@@ -222,7 +223,10 @@ def _build_map_shard(
         index_source = {"sampler": SampleShard(shard), "batch_size": None}
     elif user_batch_sampler is dataloader.sampler:
         index_source = {"sampler": shard, "batch_size": None}
-    return _loader_class(DataLoaderShard, options)(
+    return _construct(
+        DataLoaderShard,
+        options,
+        dataloader,
         dataloader.dataset,
         device=device if options.put_on_device else None,
         rng_types=_usable_rng_types(options, generator),
@@ -280,7 +284,10 @@ def _build_iterable_shard(
         )
         generator = None
     per_process = batch_size // topology.num_processes if options.split_batches else batch_size
-    return _loader_class(DataLoaderShard, options)(
+    return _construct(
+        DataLoaderShard,
+        options,
+        dataloader,
         dataset,
         device=device if options.put_on_device else None,
         rng_types=_usable_rng_types(options, generator),
@@ -307,7 +314,10 @@ def _build_dispatcher(
         batch_sampler = _rebuilt_batch_sampler(user_batch_sampler, options)
         # NOTE: a one-process shard is the batch sampler itself, plus arithmetic skipping on resume.
         kwargs["batch_sampler"] = BatchSamplerShard(batch_sampler, even_batches=False)
-    return _loader_class(DataLoaderDispatcher, options)(
+    return _construct(
+        DataLoaderDispatcher,
+        options,
+        dataloader,
         dataloader.dataset,
         device=device,
         split_batches=options.split_batches,
@@ -341,6 +351,12 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
     return loader
 
 
-def _loader_class(base: type, options: ShardOptions) -> Any:
-    """``base``, or its ``StatefulDataLoader`` variant with ``use_stateful_dataloader=True``."""
-    return stateful_loader_class(base) if options.use_stateful_dataloader else base
+def _construct(base: type, options: ShardOptions, dataloader: DataLoader, dataset: Any, **kwargs: Any) -> Any:
+    """``base`` (or its ``StatefulDataLoader`` variant with ``use_stateful_dataloader=True``) over
+    ``dataset``; a user's ``DataLoader`` subclass stays one, with its attributes (``loaders/user_class.py``)."""
+    user = user_loader_class(dataloader)
+    cls = with_user_class(base, user)
+    loader = (stateful_loader_class(cls) if options.use_stateful_dataloader else cls)(dataset, **kwargs)
+    if user is not None:
+        carry_user_attributes(loader, dataloader)
+    return loader

@@ -75,3 +75,26 @@ def checkpoint_loader_states(trainer: pl.Trainer) -> list[Any]:
     if not loop.restarting:
         return []
     return list(getattr(loop, "_combined_loader_states_to_load", None) or [])
+
+
+def rebuild_unrestored_training_loaders(trainer: pl.Trainer) -> bool:
+    """Build the training loaders again when they were built before the checkpoint's loop state was
+    restored, so that the checkpoint's loader states are loaded; return whether they were rebuilt.
+
+    Reading ``trainer.estimated_stepping_batches`` in ``configure_optimizers`` (to size a ``OneCycleLR``)
+    makes Lightning build, measure and start iterating the training loaders during ``strategy.setup``,
+    before it restores the fit loop; ``_FitLoop.setup_data`` then returns early, and the loader states it
+    keeps for loading are never loaded: the resumed epoch would start over.
+    """
+    # NOTE: no public hook runs between the restore and the first epoch, and no public call rebuilds the
+    # loaders: `setup_data` rebuilds only when `_combined_loader` is unset (or a reload is due, which
+    # `reload_dataloaders_every_n_epochs` measures from the epoch of the early build).
+    loop = trainer.fit_loop
+    pending = getattr(loop, "_combined_loader_states_to_load", None)
+    if not loop.restarting or not pending or loop._combined_loader is None:
+        return False
+    if loop._data_fetcher is not None:
+        loop._data_fetcher.teardown()
+    loop._combined_loader = None
+    loop.setup_data()
+    return True

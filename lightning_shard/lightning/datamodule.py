@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -17,7 +18,7 @@ from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import sampler_injection_enabled
 from lightning_shard.lightning.sharding import ShardingMixin
 from lightning_shard.lightning.stages import STAGES, stage_defaults
-from lightning_shard.options import ShardOptions
+from lightning_shard.options import ShardOptions, check_known
 from lightning_shard.prepare import prepare_with_options
 
 
@@ -46,6 +47,7 @@ class ShardDataModule(pl.LightningDataModule):
         """
         if stage not in STAGES:
             raise ValueError(f"`stage` must be one of {list(STAGES)}, got {stage!r}.")
+        check_stage_options(self.shard_stage_options)
         return dict(self.shard_stage_options.get(stage, {}))
 
     @property  # type: ignore[override]
@@ -55,6 +57,7 @@ class ShardDataModule(pl.LightningDataModule):
     @trainer.setter
     def trainer(self, trainer: pl.Trainer | None) -> None:
         if trainer is not None:
+            check_stage_options(self.shard_stage_options)
             _check_strategy(trainer)
         self._shard_trainer = trainer
 
@@ -143,6 +146,23 @@ class ShardDataModule(pl.LightningDataModule):
         if isinstance(limit, int):
             return min(batches, limit)
         return int(batches * limit)
+
+
+def check_stage_options(stage_options: Mapping[str, Mapping[str, Any]]) -> None:
+    """Refuse a ``shard_stage_options`` whose stage keys or option names are unknown.
+
+    Raises:
+        ValueError: on a stage key that is not one of ``STAGES`` (e.g. ``"val"`` for ``"validate"``).
+        TypeError: on an option name ``ShardOptions`` does not have, with the closest one.
+    """
+    for stage, overrides in stage_options.items():
+        if stage not in STAGES:
+            close = difflib.get_close_matches(str(stage), STAGES, n=1, cutoff=0.0)
+            raise ValueError(
+                f"`shard_stage_options` has the key {stage!r}, which is not a stage; its options would be "
+                f"ignored. The keys are {list(STAGES)}: did you mean {close[0]!r}?"
+            )
+        check_known(ShardOptions, overrides, f"shard_stage_options[{stage!r}]")
 
 
 def _check_strategy(trainer: pl.Trainer) -> None:

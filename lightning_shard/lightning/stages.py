@@ -17,6 +17,7 @@ from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
 from lightning_shard.loaders.streams import OWN
+from lightning_shard.loaders.user_class import rebuilt_as_user_class
 from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_with_options
 from lightning_shard.sampling.balance import BALANCED
@@ -90,8 +91,12 @@ def _prepare_predict(
     # NOTE: the loader below iterates the shard's batch sampler itself, so it must do the shard's one
     # start-of-iteration job here: give every process the same random order (predict runs once).
     synchronize_rng_states(shard.rng_types, shard.synchronized_generator)
-    return DataLoader(
-        shard.dataset, batch_sampler=record_batch_indices(shard.batch_sampler), **loader_settings(shard)
+    # NOTE: of the user's class (a `DataLoader` subclass keeps its behaviour), with its attributes.
+    return rebuilt_as_user_class(
+        dataloader,
+        shard.dataset,
+        batch_sampler=record_batch_indices(shard.batch_sampler),
+        **loader_settings(shard),
     )
 
 

@@ -23,6 +23,7 @@ from lightning_shard.loaders.position import ShardingInfo
 from lightning_shard.loaders.resumable import ResumableLoaderMixin
 from lightning_shard.loaders.settings import check_stateful_class, loader_settings, sampler_kind
 from lightning_shard.loaders.state import decode_generator_state
+from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader
 
 _END = object()
 
@@ -78,7 +79,7 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
         _check_group(topology)
         if kwargs.get("batch_sampler") is not None and not isinstance(dataset, IterableDataset):
             kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
-        super().__init__(dataset, **kwargs)
+        init_data_loader(self, dataset, **kwargs)
         self.device = None if device is None else torch.device(device)
         self.split_batches = split_batches
         self.slice_fn = slice_fn or slice_batch
@@ -187,6 +188,7 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
             topology=self.topology,
             **kwargs,
         )
+        carry_user_attributes(twin, self, getattr(self, "user_attributes", ()))
         twin.set_epoch(self.epoch)
         return twin
 

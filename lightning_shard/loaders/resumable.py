@@ -8,6 +8,8 @@ state"), so it is the same on every process and loads on any number of processes
 
 from __future__ import annotations
 
+import functools
+import inspect
 import warnings
 from collections.abc import Iterator
 from dataclasses import replace
@@ -16,6 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lightning_shard.comm.collectives import is_distributed, world_size
 from lightning_shard.loaders.cursor import EpochCursor
@@ -46,6 +49,21 @@ class ResumableLoaderMixin:
     _epoch_generator_state: str | None
     _in_epoch: bool
     _epoch_workers: int | None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """``cls``, or its ``StatefulDataLoader`` variant when ``use_stateful_dataloader=True`` asks for it.
+
+        The seed's contract: ``DataLoaderShard(dataset, ..., use_stateful_dataloader=True)`` is backed by
+        torchdata's ``StatefulDataLoader``. A constructor returning a subclass of its class is the pattern
+        of ``pathlib.Path()`` (a ``PosixPath``); Python then runs ``__init__`` on it as usual.
+        """
+        if not issubclass(cls, StatefulDataLoader) and _asks_stateful(cls, args, kwargs):
+            # NOTE: imported here: `variants` imports the loader modules, which import this one.
+            from lightning_shard.loaders.variants import stateful_loader_class
+
+            variant: type = stateful_loader_class(cls)  # type: ignore[arg-type]
+            return super().__new__(variant)
+        return super().__new__(cls)
 
     def _init_position(self, skip_batches: int) -> None:
         self._progress = Progress()
@@ -200,6 +218,10 @@ class ResumableLoaderMixin:
     def _begin_epoch(self) -> None:
         """Apply a pending restore (or rewind), then remember the generator state of the epoch."""
         restore, self._pending = self._pending, None
+        if restore is None and self._in_epoch:
+            # NOTE: the iteration before was left before its end (a `break`, as in a Fabric loop that trains
+            # K steps an epoch): a new `iter()` starts the next epoch, as a `DataLoader`'s draws a new order.
+            self._finish_epoch()
         self.end_of_dataloader = False
         epoch = self._epoch if restore is None or restore.epoch is None else restore.epoch
         self.set_epoch(epoch)
@@ -366,6 +388,8 @@ class ResumableLoaderMixin:
         _check_compatible(saved, info)
         self._restore_streams(saved, info)
         resharded = saved.num_processes != info.num_processes
+        if resharded:
+            _check_one_replay(saved)
         # NOTE: another number of processes continues after everything consumed, its steps counted as taken.
         base, base_steps = (saved.consumed, saved.steps) if resharded else (saved.base, saved.base_steps)
         workers = _stream_epoch_workers(saved, info, self._own_workers())
@@ -393,6 +417,21 @@ def _check_compatible(saved: LoaderState, info: ShardingInfo) -> None:
                 f"Load it into a loader built the same way (same dataset, batch size, sampler and flags), "
                 "or start the epoch afresh."
             )
+
+
+def _check_one_replay(saved: LoaderState) -> None:
+    """Refuse a second change of process count within an epoch of a stream read by workers.
+
+    NOTE: the first change replays the epoch's order as its workers read it (``loaders/stream_replay.py``);
+    the state of the replayed epoch records where that replay stands, not how a second one would continue.
+    """
+    if saved.sampler == STRIDED_STREAM and saved.base and saved.num_workers:
+        raise ValueError(
+            f"`state_dict` was saved in epoch {saved.epoch} of a stream read by {saved.num_workers} DataLoader "
+            f"workers, after that epoch had already moved to another number of processes; it moves once per "
+            f"epoch. Resume on {saved.num_processes} processes (as saved) to finish epoch {saved.epoch}, or "
+            "resume from a checkpoint written before the first move or after the epoch."
+        )
 
 
 def _sampler_matters(saved: LoaderState, here: object) -> bool:
@@ -433,3 +472,19 @@ def _stream_epoch_workers(saved: LoaderState, info: ShardingInfo, num_workers: i
 
 class WorkerCountWarning(UserWarning):
     """A stream's epoch resumed under another ``num_workers`` finishes with the count it was saved with."""
+
+
+def _asks_stateful(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a constructor call of ``cls`` passes ``use_stateful_dataloader=True`` (by name or position)."""
+    if "use_stateful_dataloader" in kwargs:
+        return bool(kwargs["use_stateful_dataloader"])
+    index = _stateful_argument_index(cls)
+    return index is not None and index < len(args) and bool(args[index])
+
+
+@functools.cache
+def _stateful_argument_index(cls: type) -> int | None:
+    init: Any = cls.__init__  # type: ignore[misc]
+    parameters = list(inspect.signature(init).parameters.values())[1:]  # NOTE: without `self`
+    names = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return names.index("use_stateful_dataloader") if "use_stateful_dataloader" in names else None

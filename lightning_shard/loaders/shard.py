@@ -29,7 +29,9 @@ from lightning_shard.loaders.settings import (
     sampler_kind,
 )
 from lightning_shard.loaders.state import LoaderState
+from lightning_shard.loaders.stream_replay import replayed_batches
 from lightning_shard.loaders.streams import PAD, SHORTEST, StreamRun, check_stream_state, native_sharding
+from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.native_stream import NativeStreamShard
 from lightning_shard.sampling.samplers import SampleShard
@@ -82,7 +84,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         check_stateful_class(self, use_stateful_dataloader)
         self.rng_types = normalize_rng_types(rng_types, synchronized_generator)
         kwargs = _index_source_with_cursor(dataset, kwargs)
-        super().__init__(dataset, **kwargs)
+        init_data_loader(self, dataset, **kwargs)
         self.device = None if device is None else torch.device(device)
         self.non_blocking = non_blocking
         self.synchronized_generator = synchronized_generator
@@ -91,6 +93,8 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         self.stream = _stream_run(dataset, stream_ends, topology)
         """The end agreement and per-process position of a stream that may end unevenly, else ``None``."""
         self._discard = 0
+        self._replay: Callable[[], Iterator[Any]] | None = None
+        """The rest of an epoch replayed in its order (``loaders/stream_replay.py``), else ``None``."""
         self._init_position(skip_batches)
 
     # -- the pieces ResumableLoaderMixin needs -----------------------------------------------------
@@ -140,6 +144,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
     def _seek(self, start: int, base: int) -> None:
         cursor = self.cursor
         self._discard = 0
+        self._replay = None
         if self.stream is not None:
             self.stream.begin(start)
         if cursor is not None:
@@ -147,16 +152,33 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         elif isinstance(self.dataset, NativeStreamShard):
             return  # NOTE: its `StreamRun` skips; `check_stream_state` refused a `base` (another process count).
         elif isinstance(self.dataset, IterableDatasetShard):
-            # NOTE: each worker iterates its own copy of the stream and the DataLoader interleaves
-            # their batches, so with workers the batches to skip are dropped after interleaving: exact,
-            # at the cost of collating them.
-            self._discard = start if self._reading_workers > 0 else 0
-            self.dataset.resume(skip_steps=start - self._discard, skip_elements=base)
+            self._seek_stream(self.dataset, start, base)
         elif start or base:
             raise ValueError(
                 "This loader's dataset is iterable but not an `IterableDatasetShard`, so it cannot skip "
                 f"{start + base} batches. Build the loader with `prepare_data_loader`."
             )
+
+    def _seek_stream(self, shard: IterableDatasetShard, start: int, base: int) -> None:
+        workers = self._reading_workers
+        if base and workers > 0:
+            # NOTE: another number of processes read part of this epoch with workers: replay the epoch's
+            # order (`loaders/stream_replay.py`); skipping inside each worker would skip the wrong elements.
+            steps, loader = self._base_steps, self
+            self._replay = lambda: replayed_batches(
+                shard, consumed=base, steps=steps, workers=workers, start=start, loader=loader
+            )
+            return
+        # NOTE: each worker iterates its own copy of the stream and the DataLoader interleaves their
+        # batches, so with workers the batches to skip are dropped after interleaving: exact, at the cost
+        # of collating them.
+        self._discard = start if workers > 0 else 0
+        shard.resume(skip_steps=start - self._discard, skip_elements=base)
+
+    def _user_batches(self) -> Iterator[Any]:
+        if self._replay is not None:
+            return self._replay()
+        return super()._user_batches()
 
     def _length_after(self, base: int) -> int:
         cursor, dataset = self.cursor, self.dataset
@@ -204,6 +226,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
             stream_ends=self.stream.policy if self.stream is not None else PAD,
             **kwargs,
         )
+        carry_user_attributes(twin, self, getattr(self, "user_attributes", ()))
         twin.set_epoch(self.epoch)
         return twin
 
@@ -249,7 +272,14 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
             following = _fetch(batches, agreement, progress.steps + 1)
             progress.end = following is _END
             progress.steps += 1
-            yield current
+            try:
+                yield current
+            except GeneratorExit:
+                # NOTE: left before the end (Lightning stops after `len` batches): settle the started check,
+                # so no collective of ours is in flight when the process group goes down.
+                if agreement is not None:
+                    agreement.drain()
+                raise
             current = following
         self._finish_epoch()
 
@@ -317,6 +347,12 @@ class _EndAgreement:
     def start(self, ended: bool, position: int) -> None:
         flag = torch.tensor([int(ended)], dtype=torch.int64, device=communication_device())
         self._pending = (ended, position, flag, dist.all_reduce(flag, async_op=True))
+
+    def drain(self) -> None:
+        """Wait for a started check whose answer is no longer needed."""
+        if self._pending is not None:
+            self._pending[3].wait()
+            self._pending = None
 
     def settle(self) -> None:
         """Wait for the started check; raise on every process at once if only some streams ended."""

@@ -168,7 +168,15 @@ class StreamRun:
             if agreement is not None:
                 agreement.start(share.exhausted, counts)
             step += 1
-            yield current
+            try:
+                yield current
+            except GeneratorExit:
+                # NOTE: the loop left the epoch early (Lightning stops after `len` batches): settle the check
+                # every process started for the next batch, so no collective of ours is in flight when the
+                # process group goes down (a pending one can abort the process at exit).
+                if agreement is not None:
+                    agreement.drain()
+                raise
             current = following
         self._finish(agreement, share, current, counts, epoch, step - start, rows)
 
@@ -298,6 +306,12 @@ class _Agreement:
         vector[self.size + self.rank] = counts[0]
         vector[2 * self.size + self.rank] = counts[1]
         self._pending = (vector, dist.all_reduce(vector, async_op=True))
+
+    def drain(self) -> None:
+        """Wait for a started check whose answer is no longer needed."""
+        if self._pending is not None:
+            self._pending[1].wait()
+            self._pending = None
 
     def settle(self) -> list[int]:
         assert self._pending is not None  # NOTE: each settle follows its start in `StreamRun.batches`.

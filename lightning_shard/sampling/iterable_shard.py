@@ -97,7 +97,8 @@ class IterableDatasetShard(IterableDataset):
         lo = (self.process_index if process_index is None else process_index) * self.process_batch_size
         return full * self.process_batch_size + min(max(rest - lo, 0), self.process_batch_size)
 
-    def _seed_dataset_generator(self) -> None:
+    def seed_dataset_generator(self) -> None:
+        """Seed the dataset's generator with the epoch, as ``__iter__`` does (a replay reads it too)."""
         # NOTE: as the reference, a dataset with a generator but no `set_epoch` is re-seeded with the
         # epoch, so every process draws the same stream.
         generator = getattr(self.dataset, "generator", None)
@@ -115,7 +116,7 @@ class IterableDatasetShard(IterableDataset):
         self._skip_elements = check_non_negative("skip_elements", skip_elements)
 
     def __iter__(self) -> Iterator[Any]:
-        self._seed_dataset_generator()
+        self.seed_dataset_generator()
         skip_steps, skip_elements = self._skip_steps, self._skip_elements
         self._skip_steps = self._skip_elements = 0
         width, size = self.process_batch_size, self.global_batch_size

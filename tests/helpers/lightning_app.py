@@ -96,6 +96,17 @@ class Recorder(pl.LightningModule):
         if self.scheduler == "lambda":
             schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 / (1 + step))
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+        if self.scheduler in ("onecycle", "onecycle_lightning"):
+            # NOTE: sized from the estimated step count, as the README recommends; reading it makes
+            # Lightning build and measure the training loaders inside `configure_optimizers`.
+            strategy = self.trainer.strategy
+            total = (
+                strategy.estimated_scheduler_steps
+                if self.scheduler == "onecycle"
+                else int(self.trainer.estimated_stepping_batches) * strategy.scheduler_scaling.factor
+            )
+            schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=self.lr, total_steps=total)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
         if self.scheduler == "epoch":
             schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "epoch"}}

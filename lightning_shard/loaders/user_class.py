@@ -1,0 +1,77 @@
+"""A user's ``DataLoader`` subclass survives preparation (docs/DESIGN.md, "Real loader subclasses").
+
+A loader prepared from ``MyLoader(...)`` is an instance of both our loader class and ``MyLoader``: its
+methods (an ``__iter__`` that transforms batches, helpers the training code calls) run, and its
+attributes are there, as under Lightning's own DDP, which builds ``MyLoader`` again with a sharded
+sampler. ``MyLoader.__init__`` is not run again (it may take arguments only the user knows); the
+prepared loader gets ``DataLoader.__init__`` with the sharded index source and the user's attributes
+as the user's instance holds them. Ours come first in the class order, so ``__len__``, ``state_dict``
+and ``load_state_dict`` are the shard's; the user's ``__iter__`` wraps the sharded batches.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+_PLAIN = (DataLoader, StatefulDataLoader)
+"""Loader classes that carry no behaviour of the user's."""
+_NOT_CARRIED = "__pl_"
+"""Prefix of the construction arguments Lightning records on loaders; they describe the user's loader."""
+
+
+def user_loader_class(dataloader: DataLoader) -> type | None:
+    """The user's own ``DataLoader`` subclass ``dataloader`` is an instance of, or ``None``."""
+    cls = type(dataloader)
+    return None if cls in _PLAIN else cls
+
+
+@functools.cache
+def with_user_class(base: type, user: type | None) -> type:
+    """``base`` (one of our loader classes) that is also an instance of the user's class ``user``."""
+    if user is None or issubclass(base, user):
+        return base
+    return type(f"{base.__name__}Of{user.__name__}", (base, user), {"__module__": base.__module__})
+
+
+def init_data_loader(loader: DataLoader, dataset: Any, **kwargs: Any) -> None:
+    """Run ``DataLoader.__init__`` (``StatefulDataLoader``'s for a stateful loader) on ``loader``.
+
+    NOTE: not ``super().__init__``: in a class made by ``with_user_class`` that would run the user's
+    ``__init__`` with our arguments; its attributes are carried over by ``carry_user_attributes``.
+    """
+    base = StatefulDataLoader if isinstance(loader, StatefulDataLoader) else DataLoader
+    base.__init__(loader, dataset, **kwargs)
+
+
+def carry_user_attributes(
+    loader: DataLoader, source: DataLoader, names: tuple[str, ...] | None = None
+) -> None:
+    """Give ``loader`` the attributes ``source`` (the user's loader) has and a ``DataLoader`` has not.
+
+    ``names`` limits them to those (a prepared loader copying its own user attributes); the names
+    carried are recorded on ``loader`` as ``user_attributes``.
+    """
+    own = vars(loader)
+    carried = [
+        name
+        for name in (vars(source) if names is None else names)
+        if name not in own and not name.startswith(_NOT_CARRIED)
+    ]
+    for name in carried:
+        own[name] = vars(source)[name]
+    own["user_attributes"] = tuple(carried)
+
+
+def rebuilt_as_user_class(source: DataLoader, dataset: Any, **kwargs: Any) -> DataLoader:
+    """A loader of ``source``'s class over ``dataset`` and ``kwargs``, with ``source``'s attributes."""
+    cls = type(source)
+    if cls in _PLAIN:
+        return cls(dataset, **kwargs)
+    loader = cls.__new__(cls)
+    init_data_loader(loader, dataset, **kwargs)
+    carry_user_attributes(loader, source)
+    return loader
