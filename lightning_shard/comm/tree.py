@@ -123,7 +123,10 @@ def send_to_device(batch: Any, device: torch.device | str | None, non_blocking: 
     if device is None:
         return batch
     if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=non_blocking)
+        return batch if batch.device == device else batch.to(device, non_blocking=non_blocking)
+    flat = _send_flat(batch, device, non_blocking)
+    if flat is not _NOT_FLAT:
+        return flat
 
     def move(leaf: Any) -> Any:
         return leaf.to(device, non_blocking=non_blocking) if isinstance(leaf, torch.Tensor) else leaf
@@ -138,6 +141,31 @@ def send_to_device(batch: Any, device: torch.device | str | None, non_blocking: 
 
     node, leaves = flatten(batch)
     return unflatten(node, [move(leaf) for leaf in leaves], on_const=move_object)
+
+
+_NOT_FLAT = object()
+"""``_send_flat``'s answer for a batch that is not a flat container of plain tensors."""
+
+
+def _send_flat(batch: Any, device: torch.device | str, non_blocking: bool) -> Any:
+    """The fast path for what batches usually are: a dict, list or tuple of tensors, moved or left alone.
+
+    NOTE: the general walker flattens and rebuilds every batch (about 10 us); a batch already on
+    ``device`` is returned as it is, the same object.
+    """
+    kind = type(batch)
+    if kind is dict:
+        values = list(batch.values())
+    elif kind is list or kind is tuple:
+        values = batch
+    else:
+        return _NOT_FLAT
+    if not all(type(value) is torch.Tensor for value in values):
+        return _NOT_FLAT
+    if all(value.device == device for value in values):
+        return batch
+    moved = [value.to(device, non_blocking=non_blocking) for value in values]
+    return dict(zip(batch, moved, strict=True)) if kind is dict else kind(moved)
 
 
 # -- dispatch: join, cut, measure --------------------------------------------------------------------

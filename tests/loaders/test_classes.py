@@ -56,14 +56,14 @@ def test_the_stateful_variants_come_from_a_factory() -> None:
         stateful_loader_class(int)
 
 
-def test_a_subclass_asked_to_be_stateful_is_stateful_or_refused() -> None:
-    with pytest.raises(
-        TypeError,
-        match=r"`use_stateful_dataloader=True`.*`MyShard` is not one.*stateful_loader_class\(MyShard\)",
-    ):
-        MyShard(IdMap(8), batch_size=2, use_stateful_dataloader=True)
-    with pytest.raises(TypeError, match=r"`DataLoaderDispatcher` is not one"):
-        DataLoaderDispatcher(IdMap(8), batch_size=2, use_stateful_dataloader=True)
+def test_a_subclass_asked_to_be_stateful_is_stateful() -> None:
+    """The seed's contract: the constructor returns the ``StatefulDataLoader`` variant of its class."""
+    assert type(MyShard(IdMap(8), batch_size=2, use_stateful_dataloader=True)) is stateful_loader_class(
+        MyShard
+    )
+    assert isinstance(
+        DataLoaderDispatcher(IdMap(8), batch_size=2, use_stateful_dataloader=True), StatefulDataLoader
+    )
     loader = stateful_loader_class(MyShard)(IdMap(8), batch_size=2, use_stateful_dataloader=True)
     assert isinstance(loader, StatefulDataLoader) and isinstance(loader, MyShard)
     iterator = iter(loader)
