@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import lightning.pytorch as pl
 import pytest
@@ -13,16 +14,18 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.data import _update_dataloader
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 import lightning_shard.lightning
 from lightning_shard.lightning._private import (
     StrategyRegistryType,
     disable_sampler_injection,
+    rebuild_unrestored_training_loaders,
     record_batch_indices,
     sampler_injection_enabled,
     unwrap_index_batch_sampler,
 )
-from tests.helpers.lightning_app import Recorder, loader
+from tests.helpers.lightning_app import Recorder, RecordMap, loader
 
 
 def _trainer() -> pl.Trainer:
@@ -108,3 +111,41 @@ def test_private_lightning_names_live_in_one_module() -> None:
                 private = [alias.name for alias in node.names if alias.name.startswith("_")]
                 assert not private, f"{path.name} imports {private} from {node.module}"
         assert "._accelerator_connector" not in path.read_text(), path
+
+
+class _Estimating(Recorder):
+    """Reads ``estimated_stepping_batches`` in ``configure_optimizers`` (Lightning builds the training loader
+    there) and records, at ``on_train_start``, whether the rebuild found loader states left unloaded."""
+
+    def configure_optimizers(self) -> Any:
+        assert self.trainer.estimated_stepping_batches > 0
+        return super().configure_optimizers()
+
+    def on_train_start(self) -> None:
+        self.records["rebuilt"] = [rebuild_unrestored_training_loaders(self.trainer)]
+        self.records["pending_after"] = [len(self.trainer.fit_loop._combined_loader_states_to_load)]
+
+
+@pytest.mark.filterwarnings("ignore:You're resuming from a checkpoint that ended before the epoch ended")
+def test_a_loader_built_before_the_restore_leaves_its_state_unloaded_until_rebuilt(tmp_path: Path) -> None:
+    """What ``rebuild_unrestored_training_loaders`` relies on: the fit loop keeps the checkpoint's loader
+    states in ``_combined_loader_states_to_load`` when the loader was built early (``_combined_loader``
+    set, ``setup_data`` returning early); unsetting it and calling ``setup_data`` loads them."""
+    settings = {"accelerator": "cpu", "devices": 1, "logger": False, "enable_progress_bar": False}
+    settings |= {"enable_model_summary": False, "default_root_dir": str(tmp_path)}
+    save = ModelCheckpoint(tmp_path / "checkpoints", every_n_train_steps=2, filename="{step}")
+
+    def data() -> StatefulDataLoader:
+        return StatefulDataLoader(RecordMap(24), batch_size=4, shuffle=True)
+
+    # NOTE: `max_epochs` set: with `max_steps` alone Lightning estimates without building the loader.
+    settings["max_epochs"] = 1
+    pl.Trainer(max_steps=2, callbacks=[save], **settings).fit(_Estimating(str(tmp_path)), data())
+    resumed = _Estimating(str(tmp_path))
+    trainer = pl.Trainer(max_steps=4, enable_checkpointing=False, **settings)
+    trainer.fit(resumed, data(), ckpt_path=str(tmp_path / "checkpoints" / "step=2.ckpt"))
+    assert resumed.records["rebuilt"] == [True] and resumed.records["pending_after"] == [0]
+    assert [batch_idx for _, batch_idx, _ in resumed.records["train"]] == [2, 3]
+    fresh = _Estimating(str(tmp_path))
+    pl.Trainer(max_steps=1, **settings).fit(fresh, data())
+    assert fresh.records["rebuilt"] == [False], "nothing to rebuild without a checkpoint"
