@@ -13,7 +13,6 @@ can hold (a greedy all-pairs design, seeded); ``make test`` runs a seeded sample
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from itertools import combinations
 
@@ -134,7 +133,12 @@ class Cell:
     @property
     def full_key(self) -> str:
         """What the uninterrupted run depends on: cells that differ only in the interruption share it."""
-        return replace(self, interrupt="step", restart="same", restart_workers="same", kill_at=0, victim=0).id
+        validates = (
+            "validation" if self.interrupt == "validation" else "step"
+        )  # NOTE: it adds a validation loader
+        return replace(
+            self, interrupt=validates, restart="same", restart_workers="same", kill_at=0, victim=0
+        ).id
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -187,8 +191,13 @@ def refusal(cell: Cell) -> str | None:
         return "`even_batches=False`"
     if cell.feature == "val_float" and cell.loader in UNSIZED:
         return "`Trainer(val_check_interval)` must be time based"  # Lightning's own refusal
-    if cell.loader in SHARED_STREAMS and cell.restart != "same" and not _between_epochs(cell):
-        return "number of processes"
+    if (
+        cell.loader in SHARED_STREAMS
+        and cell.mode != "dispatch"
+        and cell.restart != "same"
+        and not _between_epochs(cell)
+    ):
+        return "each reading its own share of the stream"
     if not cell.even and cell.loader in MAP_STYLE and _uneven(cell, cell.restart_devices):
         return "`even_batches=False`"
     return None
@@ -216,47 +225,75 @@ def partial_epochs(cell: Cell) -> bool:
 
 
 # -- the generator ----------------------------------------------------------------------------------------
-def _random_cell(rng: random.Random) -> Cell:
-    values = {name: rng.choice(choices) for name, choices in AXES.items()}
+def _random_cell(rng: random.Random, **fixed: object) -> Cell:
+    values = {name: fixed.get(name, rng.choice(choices)) for name, choices in AXES.items()}
     cell = Cell(**values)  # type: ignore[arg-type]
-    return replace(cell, kill_at=rng.randint(1, 6), victim=rng.randrange(cell.devices))
+    return replace(cell, kill_at=rng.randint(2, 4), victim=rng.randrange(cell.devices))
 
 
-def _pairs(cell: Cell) -> Iterator[tuple[tuple[str, object], tuple[str, object]]]:
-    items = [(name, getattr(cell, name)) for name in AXES]
-    return combinations(items, 2)
+Pair = tuple[tuple[str, object], tuple[str, object]]
+
+
+def _pairs(cell: Cell) -> set[Pair]:
+    return set(combinations([(name, getattr(cell, name)) for name in AXES], 2))
+
+
+def _all_pairs() -> list[Pair]:
+    values = [(name, value) for name, choices in AXES.items() for value in choices]
+    return [(a, b) for a, b in combinations(values, 2) if a[0] != b[0]]
 
 
 COST = {"model_parallel": 10.0}
 """What a cell of a strategy costs, relative to the others: ``ShardModelParallelStrategy`` has only
 Lightning's script launcher, so each of its fits starts (and imports) every rank anew."""
 
+REGRESSIONS = (
+    Cell(feature="onecycle", kill_at=3, victim=1),
+    Cell(strategy="model_parallel", feature="onecycle_lightning", kill_at=4),
+    Cell(strategy="fabric", loader="seedable", feature="early_exit", kill_at=4),
+    Cell(loader="worker_split", workers=2, restart="more", kill_at=3, victim=1),
+    Cell(loader="subclass", kill_at=3),
+    Cell(loader="unbatched", mode="dispatch", kill_at=3),
+    Cell(interrupt="epoch_end", restart="fewer", kill_at=3),
+    Cell(loader="self_split", mode="dispatch", kill_at=2),
+    Cell(feature="early_exit", interrupt="epoch_end", kill_at=4),
+)
+"""Cells of the defects found so far (``tests/matrix/test_matrix.py``, ``KNOWN_DEFECTS``), kept in the
+matrix whatever the pairs: a defect is a combination the all-pairs design need not hold again."""
 
-def matrix(seed: int = 0, candidates: int = 40, patience: int = 400) -> list[Cell]:
-    """Valid cells covering every pair of axis values some valid cell holds (greedy, seeded).
 
-    Each round draws ``candidates`` valid cells and keeps the one covering the most pairs not yet
-    covered per unit of cost (``COST``); it stops when ``patience`` draws in a row add none.
+def matrix(seed: int = 0, candidates: int = 30, tries: int = 300) -> list[Cell]:
+    """Valid cells covering every pair of axis values some valid cell holds (greedy, seeded), then
+    ``REGRESSIONS``.
+
+    For each pair not yet covered, ``candidates`` valid cells holding it are drawn and the one covering
+    the most uncovered pairs per unit of cost (``COST``) is kept; a pair that ``tries`` draws cannot put
+    in a valid cell is one no valid cell holds.
     """
     rng = random.Random(seed)
-    covered: set[tuple[tuple[str, object], tuple[str, object]]] = set()
+    covered: set[Pair] = set()
     cells: list[Cell] = []
-    idle = 0
-    while idle < patience:
-        drawn = [cell for cell in (_random_cell(rng) for _ in range(candidates)) if invalid(cell) is None]
-        best = max(
-            drawn,
-            key=lambda cell: len(set(_pairs(cell)) - covered) / COST.get(cell.strategy, 1.0),
-            default=None,
-        )
-        gain = set(_pairs(best)) - covered if best is not None else set()
-        if not gain:
-            idle += candidates
+    for pair in _all_pairs():
+        if pair in covered:
             continue
-        idle = 0
-        covered |= gain
-        cells.append(best)  # type: ignore[arg-type]
-    return cells
+        drawn = _holding(rng, pair, candidates, tries)
+        if drawn:
+            best = max(drawn, key=lambda cell: len(_pairs(cell) - covered) / COST.get(cell.strategy, 1.0))
+            covered |= _pairs(best)
+            cells.append(best)
+    return cells + [cell for cell in REGRESSIONS if cell not in cells]
+
+
+def _holding(rng: random.Random, pair: Pair, count: int, tries: int) -> list[Cell]:
+    """Up to ``count`` valid cells holding ``pair`` (of at most ``tries`` drawn)."""
+    found: list[Cell] = []
+    for _ in range(tries):
+        cell = _random_cell(rng, **dict(pair))
+        if invalid(cell) is None:
+            found.append(cell)
+            if len(found) == count:
+                break
+    return found
 
 
 def sample(cells: list[Cell], seed: int, count: int) -> list[Cell]:

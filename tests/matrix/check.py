@@ -157,9 +157,8 @@ def data_problems(cell: Cell, full: Records, prefix: Records, after: Records) ->
         joined = [p + a for p, a in zip(prefix, after, strict=True)]
         stream_workers = cell.loader in STREAMS and cell.restart_num_workers != cell.workers
         resumed_epoch = prefix[0][-1]["epoch"] if prefix[0] else 0
+        problems += _invariant(cell, [joined], cell.devices, "restarted run")
         problems += _exact(full, joined, resumed_epoch if stream_workers else None)
-        if stream_workers:
-            problems += _invariant(cell, [joined], cell.devices, "restarted run")
     else:
         resumed_epoch = prefix[0][-1]["epoch"] if prefix and prefix[0] else 0
         cut = [[r for r in rank if r["epoch"] == resumed_epoch] for rank in prefix]

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.runner import finish, script
-from tests.matrix.cells import Cell, matrix, sample
+from tests.matrix.cells import EXIT_AFTER, PARTIAL_EPOCH, Cell, matrix, sample
 
 pytestmark = pytest.mark.lightning
 
@@ -69,10 +69,42 @@ KNOWN_DEFECTS: list[tuple[int, str, Callable[[Cell], bool]]] = [
         "being refused at set-up",
         lambda c: c.loader == "unbatched" and c.mode == "dispatch",
     ),
+    (
+        8,
+        "found by this harness: a checkpoint written on an epoch's last training step, resumed on fewer "
+        "processes, cuts the next epoch short (it starts at the old count's batch index and ends at the "
+        "new count's length: 18 of 38 ids read on 1 process)",
+        lambda c: c.strategy != "fabric" and c.restart == "fewer" and _checkpoint_at_epoch_end(c),
+    ),
+    (
+        9,
+        "found by this harness: `dispatch_batches=True` over a stream that splits itself by rank "
+        "(`splits_by_rank`) dispatches process 0's part only; the other parts are never read, silently",
+        lambda c: c.loader == "self_split" and c.mode == "dispatch",
+    ),
+    (
+        10,
+        "Lightning's, also under its own `DDPStrategy`: a checkpoint written on the last batch before "
+        "`on_train_batch_start` returns -1 in the last epoch resumes with `batch_idx` one behind, so the "
+        "resumed fit trains one more batch (the loader's position is right: it is a new batch)",
+        lambda c: (
+            c.strategy != "fabric"
+            and c.feature == "early_exit"
+            and c.interrupt == "epoch_end"
+            and c.kill_at > EXIT_AFTER
+        ),
+    ),
 ]
 """Defects not fixed yet: ``(defect, what, which cells show it)``; 1-4 are issue 17's (fixed on another
 branch), 7 and up were found by this harness. Delete a row when its fix is merged (its cells then pass;
 a strict ``xfail`` that passes fails the suite)."""
+
+
+def _checkpoint_at_epoch_end(cell: Cell) -> bool:
+    """Whether the newest checkpoint of the killed run was written on an epoch's last training step."""
+    if cell.feature in PARTIAL_EPOCH:
+        return False
+    return cell.interrupt == "epoch_end" or (cell.interrupt == "validation" and cell.feature != "val_float")
 
 
 def known_defect(cell: Cell) -> tuple[int, str] | None:

@@ -90,7 +90,8 @@ def train_loader(cell: Cell, workers: int) -> Any:
     }
     data = kinds[cell.loader]()
     if cell.feature == "combined":
-        other = DataLoader(IdMap(20), batch, shuffle=True, **_workers(workers))
+        # NOTE: with `even_batches=False`, 18: 6 batches, as many per process on 1, 2 and 3 processes.
+        other = DataLoader(IdMap(20 if cell.even else 18), batch, shuffle=True, **_workers(workers))
         return CombinedLoader({"a": data, "b": other}, mode="max_size_cycle")
     return data
 
@@ -255,7 +256,11 @@ def trainer_phase(cell: Cell, phase: str, run: Path, checkpoint: Path | None = N
         0 if phase != "restart" else 1
     )  # NOTE: on restart, only the checkpoint may carry the order
     fit = app_trainer(run, _strategy(cell), devices, callbacks=callbacks, **settings)
-    val = DataLoader(IdMap(VAL_LENGTH), BATCH) if _validates(cell) else None
+    val = (
+        DataLoader(IdMap(VAL_LENGTH), BATCH * 2 if cell.mode == "split" else BATCH)
+        if _validates(cell)
+        else None
+    )
     fit.fit(MatrixModule(cell.feature), train_loader(cell, workers), val, ckpt_path=checkpoint)
 
 
