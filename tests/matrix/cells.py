@@ -257,6 +257,7 @@ REGRESSIONS = (
     Cell(interrupt="epoch_end", restart="fewer", kill_at=3),
     Cell(loader="self_split", mode="dispatch", kill_at=2),
     Cell(feature="early_exit", interrupt="epoch_end", kill_at=4),
+    Cell(loader="native", workers=2, mode="dispatch", kill_at=3),
 )
 """Cells of the defects found so far (``tests/matrix/test_matrix.py``, ``KNOWN_DEFECTS``), kept in the
 matrix whatever the pairs: a defect is a combination the all-pairs design need not hold again."""

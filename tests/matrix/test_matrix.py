@@ -94,6 +94,14 @@ KNOWN_DEFECTS: list[tuple[int, str, Callable[[Cell], bool]]] = [
             and c.kill_at > EXIT_AFTER
         ),
     ),
+    (
+        11,
+        "found by this harness: a natively shardable stream (`n_shards` / `shard()`, not split among workers "
+        "by itself) with `dispatch_batches=True` and 2 workers: each of process 0's workers reads the whole "
+        "stream, so every sample is trained twice (shard mode splits it among the workers with `shard()`); "
+        "if that is by design, move it to `cells.invalid` with the reason",
+        lambda c: c.loader == "native" and c.mode == "dispatch" and 2 in (c.workers, c.restart_num_workers),
+    ),
 ]
 """Defects not fixed yet: ``(defect, what, which cells show it)``; 1-4 are issue 17's (fixed on another
 branch), 7 and up were found by this harness. Delete a row when its fix is merged (its cells then pass;
