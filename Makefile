@@ -1,5 +1,6 @@
 # `make demo` runs the main example, `make test` the whole suite, `make gpu-check` the CUDA tests (on a GPU
-# machine). All create or reuse `.venv`. `make test-oldest` runs the Lightning and loader tests on the oldest
+# machine), `make test-matrix` every cell of the combination matrix (long; `make test` runs a sample). All
+# create or reuse `.venv`. `make test-oldest` runs the Lightning and loader tests on the oldest
 # supported releases, in `.venv-oldest`.
 PYTHON ?= python3
 VENV := .venv
@@ -9,7 +10,7 @@ OLDEST := .venv-oldest
 OLDEST_PY := $(OLDEST)/bin/python
 OLDEST_PINS := tests/oldest-constraints.txt
 
-.PHONY: demo test test-oldest bench gpu-check
+.PHONY: demo test test-oldest test-matrix bench gpu-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +38,16 @@ test: $(STAMP)
 	$(PY) -m ruff format --check lightning_shard tests examples benchmarks
 	$(PY) -m mypy lightning_shard
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
+
+# NOTE: every cell of tests/matrix/cells.py (about half an hour on 2 cores, mostly the ModelParallel cells);
+# the records stay in build/matrix, the summary is what benchmarks/RELIABILITY.md records. The known
+# defects' cells are strict xfails, so the exit status is that of the rest.
+MATRIX_OUT := build/matrix
+test-matrix: $(STAMP)
+	rm -rf $(MATRIX_OUT)
+	-MATRIX_ALL=1 MATRIX_OUT=$(MATRIX_OUT) OMP_NUM_THREADS=1 $(PY) -m pytest -q -rfE tests/matrix; echo $$? > $(MATRIX_OUT)/status
+	$(PY) -m tests.matrix.summary $(MATRIX_OUT)
+	exit $$(cat $(MATRIX_OUT)/status)
 
 test-oldest: $(OLDEST)/.installed
 	OMP_NUM_THREADS=1 $(OLDEST_PY) -m pytest -q tests/lightning tests/loaders

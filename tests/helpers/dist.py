@@ -2,8 +2,10 @@
 
 Each rank runs ``fn(rank, world_size, *args)`` inside an initialised gloo group (file rendezvous, so no
 port can clash), the group destroyed in ``finally``. Results come back in rank order; a failure on any
-rank raises with that rank's traceback; a rank that does not finish within ``timeout`` is killed and the
-call fails, so a hang can never stall the suite.
+rank raises with that rank's traceback; when no rank finished or reported progress (``progress()``) for
+``timeout`` seconds, every rank and what it started (``DataLoader`` workers) is killed and the call fails,
+so a hang can never stall the suite, while a run of many scenarios that reports each one may take as
+long as a loaded machine needs.
 
 NOTE: the ranks are started by a fork server that has already imported torch and lightning_shard (with
 Lightning), so each rank starts in milliseconds instead of re-importing them (about 4 s of CPU each).
@@ -21,13 +23,25 @@ from typing import Any
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from tests.helpers.reaper import kill_tree
+
 _PRELOAD = ["torch", "torch.distributed", "lightning_shard", "tests.helpers.dist"]
+_PROGRESS: Any = None
+"""In a rank: the queue its results go to, on which ``progress`` reports too."""
+
+
+def progress(label: str) -> None:
+    """In a rank of ``run_distributed``: say that ``label`` (a scenario) finished; it resets the bound."""
+    if _PROGRESS is not None:
+        _PROGRESS.put((dist.get_rank(), None, label))
 
 
 def _worker(
     fn: Callable[..., Any], rank: int, world_size: int, init_file: str, args: tuple, out: Any, backend: str
 ) -> None:
+    global _PROGRESS
     os.environ["OMP_NUM_THREADS"] = "1"
+    _PROGRESS = out
     import torch
 
     torch.set_num_threads(1)
@@ -53,8 +67,9 @@ def run_distributed(
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` gloo processes; return results by rank.
 
-    ``daemon=False`` lets ``fn`` start processes of its own (``DataLoader`` workers); the ranks are
-    still killed on failure or timeout. ``backend="nccl"`` puts rank ``r`` on GPU ``r``.
+    ``timeout`` bounds the silence, not the run: it restarts whenever a rank reports ``progress``.
+    ``daemon=False`` lets ``fn`` start processes of its own (``DataLoader`` workers); the ranks and their
+    descendants are still killed on failure or timeout. ``backend="nccl"`` puts rank ``r`` on GPU ``r``.
     """
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(_PRELOAD)
@@ -71,21 +86,26 @@ def run_distributed(
             proc.start()
         results: dict[int, Any] = {}
         failures: list[str] = []
+        reported: list[str] = []
         try:
-            for _ in range(world_size):
+            while len(results) < world_size:
                 rank, ok, value = out.get(timeout=timeout)
-                if ok:
+                if ok is None:
+                    reported.append(f"{rank}:{value}")
+                elif ok:
                     results[rank] = value
                 else:
                     failures.append(f"rank {rank}:\n{value}")
                     break
         except queue.Empty:
-            failures.append(f"timed out after {timeout}s; finished ranks: {sorted(results)}")
+            failures.append(
+                f"no progress for {timeout}s; finished ranks: {sorted(results)}; last reports: {reported[-4:]}"
+            )
         finally:
             for proc in procs:
                 proc.join(timeout=5 if not failures else 0.5)
                 if proc.is_alive():
-                    proc.kill()
+                    kill_tree(proc.pid)  # NOTE: its DataLoader workers too: a hung one would outlive it
                     proc.join()
     if failures:
         raise RuntimeError("distributed run failed:\n" + "\n".join(failures))

@@ -1,14 +1,26 @@
-"""Runs the scripts of ``tests/scripts/`` in their own process group, killed on timeout."""
+"""Runs the scripts of ``tests/scripts/`` in their own process group, killed when they stop making progress.
+
+A bound in a test detects a hang, not slowness (the machines running the suite are shared): ``finish``
+kills a launch only when it has printed no new line for ``timeout`` seconds, so a launch of many
+scenarios that prints a line per finished scenario (or Lightning's own lines per fit) may take as long
+as the machine needs, while one that hangs is ended one bound after its last line. When the bound fires,
+every process the launch started is killed, in whatever session it ended up (``tests/helpers/reaper.py``).
+"""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import pytest
+
+from tests.helpers.reaper import kill_group, kill_marked, new_mark
 
 ROOT = Path(__file__).parents[2]
 """The repository root: scripts run from there as modules (``python -m tests.scripts.NAME``)."""
@@ -25,19 +37,58 @@ def run_scenario(name: str, out: Path, timeout: float = 240.0) -> str:
 
 
 def run_command(command: list[str], timeout: float, cwd: Path = ROOT) -> str:
-    """Run ``command`` (and what it starts) in a new session; fail the test on error or timeout."""
+    """Run ``command`` (and what it starts) in a new session; fail the test on error or on a hang."""
     returncode, output = finish(command, timeout, cwd)
     if returncode != 0:
         pytest.fail(f"`{' '.join(command)}` failed ({returncode}):\n{output[-6000:]}")
     return output
 
 
-def finish(command: list[str], timeout: float, cwd: Path = ROOT) -> tuple[int, str]:
-    """Run ``command`` in a new session until every process holding its output has ended; fail on timeout.
+class _Lines:
+    """Reads a stream line by line on a thread; ``wait`` returns once it closed, or after ``idle`` seconds
+    without a new line."""
 
-    Returns its exit code and output. What it left running is killed.
+    def __init__(self, stream: IO[str]) -> None:
+        self.lines: list[str] = []
+        self.closed = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self.closed = True
+            self._changed.notify_all()
+
+    def wait(self, idle: float) -> bool:
+        """``True`` once the stream has closed; ``False`` after ``idle`` seconds without a new line."""
+        with self._changed:
+            while not self.closed:
+                if not self._changed.wait_for(self._grown(len(self.lines)), timeout=idle):
+                    return False
+        return True
+
+    def _grown(self, count: int) -> Callable[[], bool]:
+        return lambda: self.closed or len(self.lines) > count
+
+    def text(self) -> str:
+        self._thread.join(timeout=10)  # NOTE: after a kill the pipe closes at once; the bound is only a guard
+        with self._changed:
+            return "".join(self.lines)
+
+
+def finish(command: list[str], timeout: float, cwd: Path = ROOT) -> tuple[int, str]:
+    """Run ``command`` in a new session until every process holding its output has ended; fail the test
+    when it printed nothing for ``timeout`` seconds (a hang).
+
+    Returns its exit code and output. Whatever it started and left running is killed, on success too.
     """
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "default"}
+    mark = new_mark()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "default", mark: "1"}
     process = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -47,21 +98,25 @@ def finish(command: list[str], timeout: float, cwd: Path = ROOT) -> tuple[int, s
         cwd=cwd,
         start_new_session=True,
     )
+    assert process.stdout is not None
+    start = time.monotonic()
     try:
         # NOTE: the output pipe closes when the last process holding it (every rank) has exited.
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_group(process.pid)
-        output, _ = process.communicate()
-        pytest.fail(f"`{' '.join(command)}` hung for {timeout}s:\n{output[-6000:]}")
+        output = _Lines(process.stdout)
+        ended = output.wait(timeout)
     finally:
-        kill_group(process.pid)
-    return process.returncode, output
+        kill_all(process.pid, mark)
+    text = output.text()
+    if not ended:
+        spent = time.monotonic() - start
+        pytest.fail(
+            f"`{' '.join(command)}` hung: no output for {timeout}s (after {spent:.0f}s):\n{text[-6000:]}"
+        )
+    return process.wait(), text
 
 
-def kill_group(pid: int) -> None:
-    """End what is left of the process group this runner started (e.g. a second rank after a failure)."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+def kill_all(pid: int, mark: str) -> None:
+    """End what is left of a launch: its process group (ranks, ``DataLoader`` workers, fork servers) and
+    every process carrying its ``mark``, also one that started a session of its own."""
+    kill_group(pid)
+    kill_marked(mark)

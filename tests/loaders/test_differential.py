@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers.dist import run_distributed
+from tests.helpers.dist import progress, run_distributed
 from tests.helpers.loader_cases import NESTED, NESTED_TENSORS, LoaderCase, core, indices, normalise
 
 pytestmark = pytest.mark.dist
@@ -121,7 +121,11 @@ def _strings_match_tensors(loader: Any) -> bool:
 
 def run_cases(rank: int, world_size: int, cases: list[LoaderCase]) -> list[dict[str, Any]]:
     _reference_state(rank, world_size)
-    return [_run_or_report(case, rank) for case in cases]
+    results = []
+    for case in cases:
+        results.append(_run_or_report(case, rank))
+        progress(f"case {len(results)} of {len(cases)}")  # NOTE: the bound detects a hang, not a slow machine
+    return results
 
 
 def _run_or_report(case: LoaderCase, rank: int) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """No hangs (docs/DESIGN.md, "No hangs"): every failure scenario ends on every process, with the expected error.
 
-Each scenario runs on a real 2-process gloo group through ``run_distributed``, whose hard ``BOUND``
+Each scenario runs on a real 2-process gloo group through ``run_distributed``, whose ``BOUND`` (per scenario)
 kills every process and fails the test if any of them hangs. Each process records what it raised and
 how long it took (printed; run with ``-s`` to see them). A training loop is imitated by an
 ``all_reduce`` after every batch, as DDP's gradient sync does: a process that takes a step the others
@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 
 from lightning_shard import prepare_data_loader
 from tests.helpers.datasets import IdMap, IdStream
-from tests.helpers.dist import run_distributed
+from tests.helpers.dist import progress, run_distributed
 
 pytestmark = pytest.mark.dist
 
@@ -102,7 +102,12 @@ SCENARIOS: dict[str, tuple[Callable[..., dict[str, Any]], Any]] = {
 
 
 def run_scenarios(rank: int, world_size: int) -> dict[str, dict[str, Any]]:
-    return {name: scenario(rank, argument) for name, (scenario, argument) in SCENARIOS.items()}
+    """Every scenario in turn, each reported when it ends: ``BOUND`` then bounds each one."""
+    results = {}
+    for name, (scenario, argument) in SCENARIOS.items():
+        results[name] = scenario(rank, argument)
+        progress(name)
+    return results
 
 
 @pytest.fixture(scope="module")

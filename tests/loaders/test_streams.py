@@ -1,7 +1,8 @@
 """Streams on a real 2-process gloo group (docs/DESIGN.md, "Streaming data"): uneven shares never hang and
 never silently drop, a resumed epoch continues exactly, and the strided fallback stays the reference's.
 
-Every scenario runs in one launch (``run_distributed``'s bound kills a hang). A training loop is
+Every scenario runs in one launch; each reports its end (``progress``), so ``run_distributed``'s bound
+is per scenario: it kills a hang, not a slow machine. A training loop is
 imitated by an ``all_reduce`` after every batch, as DDP's gradient sync does: a process that took a
 step the other did not take would block there.
 """
@@ -9,6 +10,7 @@ step the other did not take would block there.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,13 +21,14 @@ from torch.utils.data import DataLoader
 
 from lightning_shard import WorkerCountWarning, prepare_data_loader
 from tests.helpers.datasets import IdShardsStream, IdStream, RankSplitIdStream, id_shards
-from tests.helpers.dist import run_distributed
+from tests.helpers.dist import progress, run_distributed
 from tests.helpers.hf import hf_id_stream
 
 pytestmark = pytest.mark.dist
 
 BOUND = 120.0
-"""Seconds after which every process is killed: generous for 2 cores shared with other test runs."""
+"""Seconds without a finished scenario after which every process is killed: one scenario takes a few
+seconds; generous for 2 cores shared with other test runs."""
 
 LENGTHS = [10, 3, 17, 1, 9]
 """Process 0's share holds ids 0-29 (3 shards), process 1's ids 30-39 (2 shards)."""
@@ -155,19 +158,27 @@ def strided_shortest(rank: int) -> list[list[int]]:
     return train(prepare_data_loader(DataLoader(IdStream(9), batch_size=2), even_batches=False))
 
 
+SCENARIOS: dict[str, Callable[[int], Any]] = {
+    "uneven0": lambda rank: uneven(rank, 0),
+    "uneven2": lambda rank: uneven(rank, 2),
+    "resumed_padding": lambda rank: resumed(rank, 2, stop=6),
+    "resumed_real": lambda rank: resumed(rank, 0, stop=1),
+    "workers_2_to_0": lambda rank: worker_change(rank, 2, 0, hf=False),
+    "workers_0_to_2": lambda rank: worker_change(rank, 0, 2, hf=False),
+    "hf_workers_2_to_0": lambda rank: worker_change(rank, 2, 0, hf=True),
+    "passed_through": passed_through,
+    "fallback": fallback,
+    "strided_shortest": strided_shortest,
+}
+
+
 def scenarios(rank: int, world_size: int) -> dict[str, Any]:
-    return {
-        "uneven0": uneven(rank, 0),
-        "uneven2": uneven(rank, 2),
-        "resumed_padding": resumed(rank, 2, stop=6),
-        "resumed_real": resumed(rank, 0, stop=1),
-        "workers_2_to_0": worker_change(rank, 2, 0, hf=False),
-        "workers_0_to_2": worker_change(rank, 0, 2, hf=False),
-        "hf_workers_2_to_0": worker_change(rank, 2, 0, hf=True),
-        "passed_through": passed_through(rank),
-        "fallback": fallback(rank),
-        "strided_shortest": strided_shortest(rank),
-    }
+    """Every scenario in turn, each reported when it ends (the bound restarts)."""
+    results = {}
+    for name, scenario in SCENARIOS.items():
+        results[name] = scenario(rank)
+        progress(name)
+    return results
 
 
 @pytest.fixture(scope="module")

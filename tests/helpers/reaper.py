@@ -1,0 +1,84 @@
+"""Ending every process a test started, wherever it went (``tests/helpers/runner.py``, ``tests/helpers/dist.py``).
+
+A launch is started in a new session, so its process group holds the command, the ranks Lightning's
+launchers start (they inherit the group), their ``DataLoader`` workers and the fork servers they use
+(forked, same group): ``os.killpg`` ends all of them at once, also the ones whose parent has already
+exited. A process that left the group on its own (``setsid``, ``start_new_session=True``: a nested
+launcher, a daemonising tool) is out of reach of ``killpg``, and, once its parent has exited, of a walk
+of the process tree too (it is re-parented). What it cannot leave is its environment: every launch puts
+a variable of its own, ``LIGHTNING_SHARD_TEST_RUN_<token>``, in the environment of what it starts,
+which every descendant inherits (``fork`` copies it; ``exec`` passes it on), and ``kill_marked`` finds
+them by it in ``/proc/<pid>/environ``, whatever their session. (Without ``/proc``, only the group is killed.)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from pathlib import Path
+
+MARK_PREFIX = "LIGHTNING_SHARD_TEST_RUN_"
+
+
+def new_mark() -> str:
+    """A fresh environment variable name marking one launch and everything it starts."""
+    return f"{MARK_PREFIX}{uuid.uuid4().hex}"
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group ``pid`` leads (ignored when it has already ended)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def marked(mark: str) -> list[int]:
+    """The processes whose environment holds ``mark`` (this process excluded)."""
+    needle = f"{mark}=".encode()
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # ended meanwhile, or another user's
+            continue
+        if needle in environ and int(entry.name) != os.getpid():
+            found.append(int(entry.name))
+    return found
+
+
+def kill_marked(mark: str) -> None:
+    """SIGKILL every process carrying ``mark``, in any session."""
+    for pid in marked(mark):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def descendants(pid: int) -> list[int]:
+    """The living descendants of ``pid`` (from the parent links in ``/proc``), children first."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            # NOTE: the command name in field 2 may hold spaces and parentheses; the fields after its ")" do not.
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    found, frontier = [], [pid]
+    while frontier:
+        nxt = [child for parent in frontier for child in children.get(parent, [])]
+        found += nxt
+        frontier = nxt
+    return found
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and its living descendants (the ``DataLoader`` workers of a rank, say)."""
+    for target in [*descendants(pid), pid]:
+        try:
+            os.kill(target, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,303 @@
+"""The combination matrix (docs/DESIGN.md, "Combination harness"): its axes, the rules that make a
+combination invalid or refused, and a seeded generator of the cells to run.
+
+A cell is one real fit: a strategy, a training loader, a mode, one Trainer feature, where the fit is
+SIGKILLed and how it is restarted. ``tests/scripts/matrix_fit.py`` runs it three times (uninterrupted,
+killed, restarted) and ``tests/matrix/check.py`` compares the sample ids each rank consumed.
+
+Every single axis is tested on its own elsewhere; the defects this matrix exists for are combinations of
+two. The full matrix (``make test-matrix``) therefore covers every pair of axis values that a valid cell
+can hold (a greedy all-pairs design, seeded); ``make test`` runs a seeded sample of it.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, fields, replace
+from itertools import combinations
+
+AXES: dict[str, tuple[object, ...]] = {
+    "strategy": ("ddp", "model_parallel", "fabric"),
+    "loader": (
+        "shuffled",
+        "seedable",
+        "sequential",
+        "strided",
+        "worker_split",
+        "native",
+        "hf",
+        "self_split",
+        "subclass",
+        "unbatched",
+    ),
+    "workers": (0, 2),
+    "mode": ("shard", "split", "dispatch"),
+    "even": (True, False),
+    "feature": (
+        "none",
+        "accumulate",
+        "limit",
+        "val_float",
+        "reload",
+        "combined",
+        "onecycle",
+        "onecycle_lightning",
+        "early_exit",
+    ),
+    "interrupt": ("step", "validation", "epoch_end"),
+    "devices": (2, 3),
+    "restart": ("same", "fewer", "more"),
+    "restart_workers": ("same", "other"),
+}
+"""Every axis and its values. ``loader``: map-style shuffled / seedable (``use_seedable_sampler``) /
+sequential; a stream strided over the processes; one split among ``DataLoader`` workers by the dataset;
+one sharded natively (``n_shards`` / ``shard()``); a Hugging Face ``datasets`` stream; one that splits
+itself by rank (``splits_by_rank``); a user's ``DataLoader`` subclass; ``batch_size=None``. ``feature``:
+one Trainer feature (``onecycle`` sizes a ``OneCycleLR`` from ``trainer.strategy.estimated_scheduler_steps``,
+``onecycle_lightning`` from ``trainer.estimated_stepping_batches``; ``early_exit`` leaves every epoch
+after ``EXIT_AFTER`` batches, by ``on_train_batch_start`` returning -1 or, in Fabric, ``break``).
+``restart``: on the same number of processes, one fewer, one more (3 at most: the machines have 2 cores)."""
+
+LENGTH = 38
+"""Samples of every map-style dataset and strided stream: an epoch ends with a padded global batch."""
+EVEN_LENGTH = 36
+"""The same with ``even_batches=False``: 12 batches, as many per process on 1, 2 and 3 processes (with
+38, training would be uneven, which is refused at set-up: ``tests/lightning/test_reliability.py``)."""
+SHARDS = (6, 6, 6, 6, 6, 6)
+"""The pieces of the sharded streams (36 ids): equal shares on 1, 2 and 3 processes."""
+BATCH = 3
+"""Samples per process and step (``split``: the loader's batch is ``BATCH * 2``, split by 1, 2 or 3)."""
+EPOCHS = 2
+LIMIT, EXIT_AFTER = 4, 3
+"""``limit_train_batches`` and the batch after which ``early_exit`` leaves an epoch."""
+
+MAP_STYLE = ("shuffled", "seedable", "sequential", "subclass", "unbatched")
+STREAMS = ("strided", "worker_split", "native", "hf", "self_split")
+UNSIZED = ("worker_split", "native", "hf", "self_split")
+"""Streams without ``len()`` (a natively sharded loader has none: its processes' shares differ)."""
+SHARED_STREAMS = ("native", "hf")
+"""Streams read as per-process shares (whole pieces): a mid-epoch state does not carry to another N."""
+TRAINER_ONLY = ("accumulate", "limit", "val_float", "reload", "combined", "onecycle", "onecycle_lightning")
+PARTIAL_EPOCH = ("limit", "early_exit")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One combination; ``id`` names it and ``Cell.parse`` reads it back (``MATRIX_CELLS``)."""
+
+    strategy: str = "ddp"
+    loader: str = "shuffled"
+    workers: int = 0
+    mode: str = "shard"
+    even: bool = True
+    feature: str = "none"
+    interrupt: str = "step"
+    devices: int = 2
+    restart: str = "same"
+    restart_workers: str = "same"
+    kill_at: int = 3
+    """The kill comes after this many training batches (``step``), in the first validation after them
+    (``validation``) or at the end of the epoch holding them (``epoch_end``)."""
+    victim: int = 0
+
+    @property
+    def id(self) -> str:
+        return "-".join(f"{field.name}={_text(getattr(self, field.name))}" for field in fields(self))
+
+    @classmethod
+    def parse(cls, text: str) -> Cell:
+        """The cell ``text`` (an ``id``) names.
+
+        Raises:
+            ValueError: on an unknown axis or value.
+        """
+        values: dict[str, object] = {}
+        types = {field.name: field.type for field in fields(cls)}
+        for part in text.strip().split("-"):
+            name, _, value = part.partition("=")
+            if name not in types:
+                raise ValueError(
+                    f"`MATRIX_CELLS` names an unknown axis {name!r} in {text!r}; axes: {sorted(types)}."
+                )
+            values[name] = _value(value, str(types[name]))
+        return cls(**values)  # type: ignore[arg-type]
+
+    @property
+    def restart_devices(self) -> int:
+        return self.devices + {"same": 0, "fewer": -1, "more": 1}[self.restart]
+
+    @property
+    def restart_num_workers(self) -> int:
+        return self.workers if self.restart_workers == "same" else 2 - self.workers
+
+    @property
+    def full_key(self) -> str:
+        """What the uninterrupted run depends on: cells that differ only in the interruption share it."""
+        validates = (
+            "validation" if self.interrupt == "validation" else "step"
+        )  # NOTE: it adds a validation loader
+        return replace(
+            self, interrupt=validates, restart="same", restart_workers="same", kill_at=0, victim=0
+        ).id
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _text(value: object) -> str:
+    return str(int(value)) if isinstance(value, bool) else str(value)
+
+
+def _value(text: str, kind: str) -> object:
+    if kind == "int":
+        return int(text)
+    if kind == "bool":
+        return text in ("1", "True", "true")
+    return text
+
+
+# -- rules ------------------------------------------------------------------------------------------------
+def invalid(cell: Cell) -> str | None:
+    """Why ``cell`` is no combination a user can write (never run), or ``None``."""
+    if cell.strategy == "fabric" and cell.feature in TRAINER_ONLY:
+        return "a Trainer feature in a Fabric loop"
+    if cell.strategy == "fabric" and cell.interrupt == "validation":
+        return "the Fabric loop has no validation"
+    if cell.restart_devices not in (1, 2, 3):
+        return "at most 3 processes on 2 cores"
+    if cell.loader == "strided" and (cell.workers or cell.restart_num_workers):
+        return (
+            "a stream that does not split among workers is read whole by each (torch's documented behaviour)"
+        )
+    if cell.feature == "combined" and cell.loader not in MAP_STYLE[:3]:
+        return "CombinedLoader cells pair two map-style loaders"
+    if cell.loader == "unbatched" and cell.mode == "split":
+        return "`batch_size=None` has no batch to split"
+    if cell.strategy == "model_parallel" and cell.mode == "dispatch" and cell.loader in STREAMS:
+        return "kept small: ModelParallel launches cost a start-up each"
+    if cell.interrupt == "validation" and cell.feature == "early_exit":
+        return "no validation follows an epoch left by `on_train_batch_start` returning -1"
+    return None
+
+
+def refusal(cell: Cell) -> str | None:
+    """The message (a fragment) the cell must be refused with at set-up, or ``None`` when it must run.
+
+    The rules are the README's ("Resuming on something else", "Streaming data", "Lightning"): each names
+    why the combination cannot be exact, and the harness checks that every process raised it before
+    its first step, never a hang or a silent loss.
+    """
+    if not cell.even and cell.loader in MAP_STYLE and _uneven(cell, cell.devices):
+        return "`even_batches=False`"
+    if cell.feature == "val_float" and cell.loader in UNSIZED:
+        return "`Trainer(val_check_interval)` must be time based"  # Lightning's own refusal
+    if (
+        cell.loader in SHARED_STREAMS
+        and cell.mode != "dispatch"
+        and cell.restart != "same"
+        and not _between_epochs(cell)
+    ):
+        return "each reading its own share of the stream"
+    if not cell.even and cell.loader in MAP_STYLE and _uneven(cell, cell.restart_devices):
+        return "`even_batches=False`"
+    return None
+
+
+def length(cell: Cell) -> int:
+    """The samples of ``cell``'s map-style dataset or strided stream."""
+    return LENGTH if cell.even else EVEN_LENGTH
+
+
+def _uneven(cell: Cell, devices: int) -> bool:
+    """Whether the training batches of an epoch do not divide among ``devices`` processes."""
+    batch = 1 if cell.loader == "unbatched" else BATCH * (2 if cell.mode == "split" else 1)
+    batches = -(-length(cell) // batch)
+    return batches % (1 if cell.mode == "split" else devices) != 0
+
+
+def _between_epochs(cell: Cell) -> bool:
+    return cell.interrupt == "epoch_end"
+
+
+def partial_epochs(cell: Cell) -> bool:
+    """Whether an epoch is read only in part (so each sample at most once, not exactly once)."""
+    return cell.feature in PARTIAL_EPOCH or (not cell.even and cell.loader in STREAMS)
+
+
+# -- the generator ----------------------------------------------------------------------------------------
+def _random_cell(rng: random.Random, **fixed: object) -> Cell:
+    values = {name: fixed.get(name, rng.choice(choices)) for name, choices in AXES.items()}
+    cell = Cell(**values)  # type: ignore[arg-type]
+    return replace(cell, kill_at=rng.randint(2, 4), victim=rng.randrange(cell.devices))
+
+
+Pair = tuple[tuple[str, object], tuple[str, object]]
+
+
+def _pairs(cell: Cell) -> set[Pair]:
+    return set(combinations([(name, getattr(cell, name)) for name in AXES], 2))
+
+
+def _all_pairs() -> list[Pair]:
+    values = [(name, value) for name, choices in AXES.items() for value in choices]
+    return [(a, b) for a, b in combinations(values, 2) if a[0] != b[0]]
+
+
+COST = {"model_parallel": 10.0}
+"""What a cell of a strategy costs, relative to the others: ``ShardModelParallelStrategy`` has only
+Lightning's script launcher, so each of its fits starts (and imports) every rank anew."""
+
+REGRESSIONS = (
+    Cell(feature="onecycle", kill_at=3, victim=1),
+    Cell(strategy="model_parallel", feature="onecycle_lightning", kill_at=4),
+    Cell(strategy="fabric", loader="seedable", feature="early_exit", kill_at=4),
+    Cell(loader="worker_split", workers=2, restart="more", kill_at=3, victim=1),
+    Cell(loader="subclass", kill_at=3),
+    Cell(loader="unbatched", mode="dispatch", kill_at=3),
+    Cell(interrupt="epoch_end", restart="fewer", kill_at=3),
+    Cell(loader="self_split", mode="dispatch", kill_at=2),
+    Cell(feature="early_exit", interrupt="epoch_end", kill_at=4),
+    Cell(loader="native", workers=2, mode="dispatch", kill_at=3),
+)
+"""Cells of the defects found so far (``tests/matrix/test_matrix.py``, ``KNOWN_DEFECTS``), kept in the
+matrix whatever the pairs: a defect is a combination the all-pairs design need not hold again."""
+
+
+def matrix(seed: int = 0, candidates: int = 30, tries: int = 300) -> list[Cell]:
+    """Valid cells covering every pair of axis values some valid cell holds (greedy, seeded), then
+    ``REGRESSIONS``.
+
+    For each pair not yet covered, ``candidates`` valid cells holding it are drawn and the one covering
+    the most uncovered pairs per unit of cost (``COST``) is kept; a pair that ``tries`` draws cannot put
+    in a valid cell is one no valid cell holds.
+    """
+    rng = random.Random(seed)
+    covered: set[Pair] = set()
+    cells: list[Cell] = []
+    for pair in _all_pairs():
+        if pair in covered:
+            continue
+        drawn = _holding(rng, pair, candidates, tries)
+        if drawn:
+            best = max(drawn, key=lambda cell: len(_pairs(cell) - covered) / COST.get(cell.strategy, 1.0))
+            covered |= _pairs(best)
+            cells.append(best)
+    return cells + [cell for cell in REGRESSIONS if cell not in cells]
+
+
+def _holding(rng: random.Random, pair: Pair, count: int, tries: int) -> list[Cell]:
+    """Up to ``count`` valid cells holding ``pair`` (of at most ``tries`` drawn)."""
+    found: list[Cell] = []
+    for _ in range(tries):
+        cell = _random_cell(rng, **dict(pair))
+        if invalid(cell) is None:
+            found.append(cell)
+            if len(found) == count:
+                break
+    return found
+
+
+def sample(cells: list[Cell], seed: int, count: int) -> list[Cell]:
+    """``count`` cells of ``cells`` drawn with ``seed`` (the order of the matrix kept)."""
+    picked = set(random.Random(seed).sample(range(len(cells)), min(count, len(cells))))
+    return [cell for index, cell in enumerate(cells) if index in picked]

@@ -1,0 +1,178 @@
+"""The combination harness itself (docs/DESIGN.md, "Combination harness"), cheapest first: the generator
+covers every pair, the rules, the verdict finds a lost, a repeated and a reordered sample; and the
+launcher's watchdog tells a hang from a slow run and kills what the hung launch started."""
+
+from __future__ import annotations
+
+import os
+import random
+import select
+import sys
+import textwrap
+from dataclasses import replace
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.runner import finish
+from tests.matrix import check
+from tests.matrix.cells import AXES, Cell, _random_cell, invalid, matrix, refusal, sample
+from tests.matrix.test_matrix import KNOWN_DEFECTS, MATRIX_SEED
+
+
+# -- the generator and the rules ---------------------------------------------------------------------------
+def test_the_matrix_covers_every_pair_of_values_a_valid_cell_holds() -> None:
+    cells = matrix(MATRIX_SEED)
+    assert all(invalid(cell) is None for cell in cells)
+    covered = {pair for cell in cells for pair in combinations([(a, getattr(cell, a)) for a in AXES], 2)}
+    rng = random.Random(1)
+    for _ in range(3000):
+        cell = _random_cell(rng)
+        if invalid(cell) is None:
+            pairs = set(combinations([(a, getattr(cell, a)) for a in AXES], 2))
+            assert pairs <= covered, f"{cell.id}: {sorted(pairs - covered)[:3]} not covered"
+    assert 50 < len(cells) < 150, "about a hundred cells: the whole matrix runs in about half an hour"
+
+
+def test_the_matrix_and_the_sample_are_seeded() -> None:
+    assert matrix(MATRIX_SEED) == matrix(MATRIX_SEED)
+    cells = matrix(MATRIX_SEED)
+    assert sample(cells, 7, 8) == sample(cells, 7, 8) != sample(cells, 8, 8)
+
+
+def test_a_cell_id_reads_back() -> None:
+    for cell in matrix(MATRIX_SEED)[:20]:
+        assert Cell.parse(cell.id) == cell
+    with pytest.raises(ValueError, match="unknown axis 'stratgy'"):
+        Cell.parse("stratgy=ddp")
+
+
+def test_rules() -> None:
+    assert invalid(Cell(strategy="fabric", feature="accumulate")) == "a Trainer feature in a Fabric loop"
+    assert invalid(Cell(devices=3, restart="more")) is not None, "4 processes: not on 2 cores"
+    native = Cell(loader="native", restart="more")
+    assert refusal(native) == "each reading its own share of the stream", "a mid-epoch state of shares"
+    assert refusal(replace(native, interrupt="epoch_end")) is None, "a state between epochs loads anywhere"
+    assert (
+        refusal(Cell(loader="hf", feature="val_float")) == "`Trainer(val_check_interval)` must be time based"
+    )
+    assert refusal(Cell(loader="strided", feature="val_float")) is None, "a sized stream has a length"
+
+
+def test_every_known_defect_shows_in_some_cell_of_the_matrix() -> None:
+    cells = matrix(MATRIX_SEED)
+    for number, what, shows in KNOWN_DEFECTS:
+        assert any(shows(cell) for cell in cells), f"defect {number} ({what}) is in no cell"
+
+
+# -- the verdict --------------------------------------------------------------------------------------------
+def _records(per_rank: list[list[list[int]]], epoch: int = 0) -> check.Records:
+    return [[{"epoch": epoch, "batch_idx": i, "a": ids} for i, ids in enumerate(rank)] for rank in per_rank]
+
+
+def _epoch(shuffle: int) -> list[list[list[int]]]:
+    """38 ids on 2 processes in batches of 3: 7 steps, the last padded with 4 ids of the epoch's head."""
+    order = list(range(38))
+    random.Random(shuffle).shuffle(order)
+    padded = order + order[:4]
+    batches = [padded[i : i + 3] for i in range(0, 42, 3)]
+    return [batches[0::2], batches[1::2]]
+
+
+def _two_epochs() -> check.Records:
+    first, second = _records(_epoch(0), 0), _records(_epoch(1), 1)
+    return [a + b for a, b in zip(first, second, strict=True)]
+
+
+def _split(records: check.Records, at: int) -> tuple[check.Records, check.Records]:
+    return [rank[:at] for rank in records], [rank[at:] for rank in records]
+
+
+def test_the_verdict_passes_an_exact_restart() -> None:
+    full = _two_epochs()
+    prefix, after = _split(full, 4)
+    assert check.data_problems(Cell(), full, prefix, after) == []
+
+
+@pytest.mark.parametrize(
+    ("damage", "found"),
+    [
+        ("drop", "never read"),
+        ("repeat", "repeated reads"),
+        ("reorder", "differs from the uninterrupted run"),
+        ("same_order", "reads the same ids in every epoch"),
+    ],
+)
+def test_the_verdict_finds_a_lost_a_repeated_and_a_reordered_sample(damage: str, found: str) -> None:
+    full = _two_epochs()
+    prefix, after = _split(full, 4)
+    after = [[dict(record) for record in rank] for rank in after]
+    if damage == "drop":
+        after[0][0]["a"] = after[0][0]["a"][:2]
+    elif damage == "repeat":
+        after[0][0]["a"] = after[0][1]["a"][:] + after[0][1]["a"][:] + after[0][1]["a"][:]
+    elif damage == "reorder":
+        after[0][0], after[0][1] = after[0][1], after[0][0]
+    else:
+        full = [rank[:7] + [{**record, "epoch": 1} for record in rank[:7]] for rank in full]
+        prefix, after = _split(full, 4)
+    problems = check.data_problems(Cell(), full, prefix, after)
+    assert any(found in problem for problem in problems), problems
+
+
+def test_the_verdict_of_a_restart_on_another_count_checks_the_invariant() -> None:
+    full = _two_epochs()
+    prefix, _ = _split(full, 2)
+    rest = sorted(set(range(38)) - {i for rank in prefix for r in rank for i in r["a"]})
+    after_epoch0 = [[{"epoch": 0, "batch_idx": 2, "a": rest}]]  # one process: the rest of the epoch
+    after = [after_epoch0[0] + [{"epoch": 1, "batch_idx": 0, "a": list(range(38))}]]
+    cell = Cell(restart="fewer")
+    assert check.data_problems(cell, full, prefix, after) == []
+    after[0][0]["a"] = rest[1:]
+    assert any("1 ids never read" in problem for problem in check.data_problems(cell, full, prefix, after))
+
+
+# -- the launcher's watchdog --------------------------------------------------------------------------------
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+def test_a_launch_that_keeps_printing_outlives_the_bound() -> None:
+    """The bound (1 s) is shorter than the run (about 3 s): each new line restarts it."""
+    code = """
+        import time
+        for step in range(12):
+            print("step", step, flush=True)
+            time.sleep(0.25)  # NOTE: a slow run, not synchronisation
+    """
+    returncode, output = finish(_python(code), timeout=1.0)
+    assert returncode == 0 and output.count("step") == 12
+
+
+def _ends(pid: int, within: float = 30.0) -> bool:
+    """Whether process ``pid`` has ended or ends within ``within`` seconds (a pidfd turns readable at its exit)."""
+    try:
+        descriptor = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([descriptor], [], [], within)[0])
+    finally:
+        os.close(descriptor)
+
+
+def test_a_silent_launch_is_killed_with_what_it_started_in_another_session(tmp_path: Path) -> None:
+    """The launch starts a process in a session of its own (out of reach of ``killpg``), then hangs."""
+    pid_file = tmp_path / "pid"
+    code = f"""
+        import subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        print("started", flush=True)
+        time.sleep(600)
+    """
+    with pytest.raises(pytest.fail.Exception, match="hung: no output for 2.0s"):
+        finish(_python(code), timeout=2.0)
+    escaped = int(pid_file.read_text())
+    assert _ends(escaped), "the process in its own session was killed too"

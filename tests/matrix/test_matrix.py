@@ -1,0 +1,200 @@
+"""The combination matrix (docs/DESIGN.md, "Combination harness"): real 2- and 3-process fits, each cell
+checked against its own uninterrupted run by the ids every rank consumed (``tests/matrix/check.py``).
+
+``make test`` runs a seeded sample of the matrix's cheap cells (forked ranks: ``ShardStrategy`` and
+``ShardFabricStrategy``), a different sample each day; the seed is printed and in every failure, and a
+failing run reproduces with::
+
+    MATRIX_SEED=20261130 python -m pytest -q tests/matrix        # the same sample
+    MATRIX_CELLS="strategy=ddp-loader=...,..." python -m pytest -q tests/matrix   # given cells (ids, comma-separated)
+
+``make test-matrix`` runs every cell (``MATRIX_ALL=1``, ``ShardModelParallelStrategy`` included) and
+writes the summary recorded in ``benchmarks/RELIABILITY.md`` (``MATRIX_OUT``: where the records stay).
+
+A cell of a defect not fixed yet is listed in ``KNOWN_DEFECTS`` and runs as a strict ``xfail``: once
+the defect is fixed the cell passes, the strict ``xfail`` fails, and its row is deleted.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.runner import finish, script
+from tests.matrix.cells import EXIT_AFTER, PARTIAL_EPOCH, Cell, matrix, sample
+
+pytestmark = pytest.mark.lightning
+
+IDLE_BOUND = 300.0
+"""Seconds a launch may print nothing before it counts as hung and is killed: every fit prints a few
+lines and every cell a verdict line, so only a hang is that quiet, even on 2 shared, loaded cores."""
+SAMPLE = 8
+"""Cells of the daily sample: about a minute on 2 idle cores (about 4 s a cell plus one start-up)."""
+PER_LAUNCH = 12
+"""Cells per launch of ``tests/scripts/matrix_fit.py`` (``MATRIX_ALL``): a hang loses at most these."""
+MATRIX_SEED = 0
+"""The seed of the matrix itself (which cells cover the pairs); the daily seed picks the sample."""
+
+KNOWN_DEFECTS: list[tuple[int, str, Callable[[Cell], bool]]] = [
+    (
+        1,
+        "resume loses its position when `configure_optimizers` reads the estimated step count",
+        lambda c: c.feature in ("onecycle", "onecycle_lightning") and c.strategy != "fabric",
+    ),
+    (
+        2,
+        "Fabric: breaking out of an epoch early replays the same batches every epoch (seedable sampler)",
+        lambda c: c.strategy == "fabric" and c.feature == "early_exit" and c.loader == "seedable",
+    ),
+    (
+        3,
+        "a stream split among 2 DataLoader workers, resumed mid-epoch on another number of processes, drops data",
+        lambda c: c.loader == "worker_split" and c.workers == 2 and c.restart != "same",
+    ),
+    (
+        4,
+        "a user's `DataLoader` subclass is replaced by `DataLoaderShard` (its `__iter__` never runs)",
+        lambda c: c.loader == "subclass",
+    ),
+    (
+        7,
+        "found by this harness: `batch_size=None` with `dispatch_batches=True` fails at the first batch "
+        "(`TypeError: 'NoneType' object is not iterable` in `BatchShard.iter_from`) instead of running or "
+        "being refused at set-up",
+        lambda c: c.loader == "unbatched" and c.mode == "dispatch",
+    ),
+    (
+        8,
+        "found by this harness: a checkpoint written on an epoch's last training step, resumed on fewer "
+        "processes, cuts the next epoch short (it starts at the old count's batch index and ends at the "
+        "new count's length: 18 of 38 ids read on 1 process)",
+        lambda c: c.strategy != "fabric" and c.restart == "fewer" and _checkpoint_at_epoch_end(c),
+    ),
+    (
+        9,
+        "found by this harness: `dispatch_batches=True` over a stream that splits itself by rank "
+        "(`splits_by_rank`) dispatches process 0's part only; the other parts are never read, silently",
+        lambda c: c.loader == "self_split" and c.mode == "dispatch",
+    ),
+    (
+        10,
+        "Lightning's, also under its own `DDPStrategy`: a checkpoint written on the last batch before "
+        "`on_train_batch_start` returns -1 in the last epoch resumes with `batch_idx` one behind, so the "
+        "resumed fit trains one more batch (the loader's position is right: it is a new batch)",
+        lambda c: (
+            c.strategy != "fabric"
+            and c.feature == "early_exit"
+            and c.interrupt == "epoch_end"
+            and c.kill_at > EXIT_AFTER
+        ),
+    ),
+    (
+        11,
+        "found by this harness: a natively shardable stream (`n_shards` / `shard()`, not split among workers "
+        "by itself) with `dispatch_batches=True` and 2 workers: each of process 0's workers reads the whole "
+        "stream, so every sample is trained twice (shard mode splits it among the workers with `shard()`); "
+        "if that is by design, move it to `cells.invalid` with the reason",
+        lambda c: c.loader == "native" and c.mode == "dispatch" and 2 in (c.workers, c.restart_num_workers),
+    ),
+]
+"""Defects not fixed yet: ``(defect, what, which cells show it)``; 1-4 are issue 17's (fixed on another
+branch), 7 and up were found by this harness. Delete a row when its fix is merged (its cells then pass;
+a strict ``xfail`` that passes fails the suite)."""
+
+
+def _checkpoint_at_epoch_end(cell: Cell) -> bool:
+    """Whether the newest checkpoint of the killed run was written on an epoch's last training step."""
+    if cell.feature in PARTIAL_EPOCH:
+        return False
+    return cell.interrupt == "epoch_end" or (cell.interrupt == "validation" and cell.feature != "val_float")
+
+
+def known_defect(cell: Cell) -> tuple[int, str] | None:
+    return next(((number, what) for number, what, shows in KNOWN_DEFECTS if shows(cell)), None)
+
+
+def _seed() -> int:
+    default = int(datetime.date.today().strftime("%Y%m%d"))
+    return int(os.environ.get("MATRIX_SEED", default))
+
+
+def selected() -> list[Cell]:
+    """The cells this session runs: ``MATRIX_CELLS``, else all (``MATRIX_ALL``), else the day's sample."""
+    if os.environ.get("MATRIX_CELLS"):
+        return [
+            Cell.parse(text)
+            for text in os.environ["MATRIX_CELLS"].replace("\n", ",").split(",")
+            if text.strip()
+        ]
+    cells = matrix(MATRIX_SEED)
+    if os.environ.get("MATRIX_ALL"):
+        return cells
+    return sample([cell for cell in cells if cell.strategy != "model_parallel"], _seed(), SAMPLE)
+
+
+CELLS = selected()
+REPRODUCE = (
+    f"matrix seed {_seed()} ({'MATRIX_CELLS' if os.environ.get('MATRIX_CELLS') else 'MATRIX_ALL' if os.environ.get('MATRIX_ALL') else 'the daily sample'}): "
+    f"reproduce with MATRIX_SEED={_seed()}, or one cell with MATRIX_CELLS=<its id>"
+)
+
+
+def _chunks(cells: list[Cell]) -> list[list[Cell]]:
+    return [cells[i : i + PER_LAUNCH] for i in range(0, len(cells), PER_LAUNCH)]
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Every selected cell run, a launch per ``PER_LAUNCH`` cells; the verdicts by cell id."""
+    print(REPRODUCE)
+    out = (
+        Path(os.environ["MATRIX_OUT"]) if os.environ.get("MATRIX_OUT") else tmp_path_factory.mktemp("matrix")
+    )
+    found: dict[str, dict[str, Any]] = {}
+    for index, chunk in enumerate(_chunks(CELLS)):
+        run = out / f"launch{index}"
+        code, output = finish(script("matrix_fit", str(run), *(cell.id for cell in chunk)), IDLE_BOUND)
+        results = run / "results.jsonl"
+        lines = results.read_text().splitlines() if results.exists() else []
+        found.update({verdict["cell"]: verdict for verdict in map(json.loads, lines)})
+        for cell in chunk:
+            found.setdefault(
+                cell.id,
+                {
+                    "cell": cell.id,
+                    "outcome": "failed",
+                    "problems": [f"no verdict: launch exited {code}:\n{output[-4000:]}"],
+                },
+            )
+    with open(out / "verdicts.jsonl", "w") as file:
+        file.writelines(
+            json.dumps({**verdict, "known_defect": _defect_number(Cell.parse(cell))}) + "\n"
+            for cell, verdict in found.items()
+        )
+    return found
+
+
+def _defect_number(cell: Cell) -> int | None:
+    defect = known_defect(cell)
+    return None if defect is None else defect[0]
+
+
+@pytest.mark.parametrize(
+    "cell", CELLS, ids=[f"{i}-{c.strategy}-{c.loader}-{c.feature}" for i, c in enumerate(CELLS)]
+)
+def test_cell_reads_what_its_uninterrupted_run_reads(
+    cell: Cell, verdicts: dict[str, dict[str, Any]], request: pytest.FixtureRequest
+) -> None:
+    """The cell passes, or is refused at set-up with its rule's message on every rank."""
+    defect = known_defect(cell)
+    if defect is not None:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=f"known defect {defect[0]}: {defect[1]}"))
+    verdict = verdicts[cell.id]
+    problems = "\n".join(f"  - {problem}" for problem in verdict["problems"])
+    assert verdict["outcome"] in ("passed", "refused"), f"{cell.id}\n{REPRODUCE}\n{problems}"
