@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset, RandomSampler
 
 from lightning_shard._checks import check_non_negative, check_split_batch_size
-from lightning_shard.comm.collectives import world_size
+from lightning_shard.comm.collectives import broadcast_object, is_distributed, world_size
 from lightning_shard.comm.topology import Topology, resolve_topology
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
 from lightning_shard.loaders.position import Position
@@ -28,6 +28,8 @@ from lightning_shard.sampling.native_stream import (
     NativeStreamShard,
     choose_stream_sharding,
     say_fallback,
+    split_among_workers,
+    splits_by_rank,
 )
 from lightning_shard.sampling.samplers import SampleShard, SeedableRandomSampler
 
@@ -81,16 +83,31 @@ def prepare_with_options(
     its end: predict, where no step is collective).
     """
     _check_loader(dataloader)
+    options = _agree_on_seed(options, topology)
     dispatch = _resolve_dispatch(dataloader, options)
     if options.split_batches:
         check_split_batch_size(_batch_size(dataloader), topology.num_processes, "dataloader")
     if dispatch:
         _check_dispatch_mesh(device_mesh, topology)
+        _check_dispatch_stream(dataloader.dataset, topology)
         return _build_dispatcher(dataloader, options, topology, device)
     if isinstance(dataloader.dataset, IterableDataset):
         policy = PAD if options.even_batches else uneven_streams
         return _build_iterable_shard(dataloader, options, topology, device, policy)
     return _build_map_shard(dataloader, options, topology, device)
+
+
+def _agree_on_seed(options: ShardOptions, topology: Topology) -> ShardOptions:
+    """``use_seedable_sampler`` without ``data_seed``: every process takes process 0's default seed.
+
+    NOTE: the default, ``torch.initial_seed()``, differs between processes that were not seeded alike,
+    and processes that shuffle differently read some samples twice and others never.
+    """
+    if not options.use_seedable_sampler or options.data_seed is not None or topology.num_processes == 1:
+        return options
+    if not is_distributed():
+        return options
+    return options.replace(data_seed=int(broadcast_object(torch.initial_seed())))
 
 
 def _check_loader(dataloader: Any) -> None:
@@ -307,10 +324,13 @@ def _build_dispatcher(
 ) -> DataLoaderDispatcher:
     kwargs = loader_settings(dataloader)
     kwargs.pop("generator", None)
-    if isinstance(dataloader.dataset, IterableDataset):
+    dataset = dataloader.dataset
+    if isinstance(dataset, IterableDataset):
         kwargs.update(batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
+        dataset = split_among_workers(dataset, dataloader.num_workers)
     else:
         user_batch_sampler = _batch_sampler(dataloader)
+        _check_dispatch_batches(user_batch_sampler)
         batch_sampler = _rebuilt_batch_sampler(user_batch_sampler, options)
         # NOTE: a one-process shard is the batch sampler itself, plus arithmetic skipping on resume.
         kwargs["batch_sampler"] = BatchSamplerShard(batch_sampler, even_batches=False)
@@ -318,7 +338,7 @@ def _build_dispatcher(
         DataLoaderDispatcher,
         options,
         dataloader,
-        dataloader.dataset,
+        dataset,
         device=device,
         split_batches=options.split_batches,
         topology=topology,
@@ -327,6 +347,30 @@ def _build_dispatcher(
         use_stateful_dataloader=options.use_stateful_dataloader,
         **kwargs,
     )
+
+
+def _check_dispatch_stream(dataset: Any, topology: Topology) -> None:
+    """Refuse dispatching a stream that splits itself by rank: process 0 would read its own part only."""
+    splits = splits_by_rank(dataset)
+    if splits is None or topology.num_processes == 1:
+        return
+    raise ValueError(
+        f"`dispatch_batches=True` over a dataset that {splits}: process 0 loads for every process, but this "
+        f"dataset gives process 0 only its own 1/{topology.num_processes}, so the other parts would never be "
+        "read. Use `dispatch_batches=False` (each process reads its own part, passed through), or give the "
+        "dataset unsplit."
+    )
+
+
+def _check_dispatch_batches(batch_sampler: Any) -> None:
+    """Refuse dispatching a map-style loader that yields single uncollated samples (``batch_size=None``)."""
+    if batch_sampler is None:
+        raise ValueError(
+            "`dispatch_batches=True` with `DataLoader(batch_size=None)`: process 0 would load single, uncollated "
+            "samples, which cannot be sliced into a part per process. Give the loader a `batch_size` (each "
+            "process then gets its slice of every batch), or use `dispatch_batches=False` (each process loads "
+            "its own samples)."
+        )
 
 
 def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoader:

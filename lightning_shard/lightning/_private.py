@@ -98,3 +98,24 @@ def rebuild_unrestored_training_loaders(trainer: pl.Trainer) -> bool:
     loop._combined_loader = None
     loop.setup_data()
     return True
+
+
+def finish_restored_epoch(trainer: pl.Trainer) -> bool:
+    """When the checkpoint was written on an epoch's last training batch and the loaders now count that
+    epoch in other steps (another number of processes), have Lightning start the next epoch afresh.
+
+    Lightning decides whether such a checkpoint ended its epoch by comparing the batches it completed with
+    ``trainer.num_training_batches``, the *new* loaders' length: on fewer processes (more batches) it
+    would resume the next epoch at the old count's batch index and stop at the new count's length.
+    """
+    # NOTE: `_TrainingEpochLoop.reset` adds one to `current.completed` and resets the epoch's counters
+    # when it reaches `num_training_batches`; the saved `is_last_batch` says the epoch was complete.
+    loop = trainer.fit_loop.epoch_loop
+    progress = loop.batch_progress
+    total = trainer.num_training_batches
+    if not trainer.fit_loop.restarting or not progress.is_last_batch or not loop.restarted_on_train_batch_end:
+        return False
+    if total == float("inf") or progress.current.completed + 1 >= total:
+        return False
+    progress.current.completed = int(total) - 1
+    return True

@@ -8,7 +8,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
-from lightning_shard.lightning._private import rebuild_unrestored_training_loaders
+from lightning_shard.lightning._private import finish_restored_epoch, rebuild_unrestored_training_loaders
 from lightning_shard.lightning.continuity import TrainingLoaderRounds
 from lightning_shard.lightning.stages import flatten_loaders, is_shard_loader
 from lightning_shard.loaders.streams import StreamReport
@@ -45,6 +45,7 @@ class ShardEpochCallback(Callback):
             self._rounds.close()
         # NOTE: after the round closed, so that a rebuilt loader takes its predecessor's place (position 0).
         rebuild_unrestored_training_loaders(trainer)
+        finish_restored_epoch(trainer)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

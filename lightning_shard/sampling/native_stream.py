@@ -206,3 +206,36 @@ def worker_part(share: Any, kind: str) -> Any:
         return share
     groups = min(info.num_workers, share.n_shards)
     return share.shard(groups, info.id) if info.id < groups else ()
+
+
+class WorkerSplitStream(IterableDataset):
+    """A natively shardable stream read whole by one process, split among its ``DataLoader`` workers with
+    ``shard()`` as a process's share is (dispatch: process 0 reads the whole stream)."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def set_epoch(self, epoch: int) -> None:
+        """Forward ``epoch`` to the dataset when it takes one."""
+        if callable(getattr(self.dataset, "set_epoch", None)):
+            self.dataset.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(worker_part(self.dataset, NATIVE))
+
+
+class SizedWorkerSplitStream(WorkerSplitStream):
+    """``WorkerSplitStream`` of a dataset with a length: the same length."""
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+
+def split_among_workers(dataset: Any, num_workers: int) -> Any:
+    """``dataset`` as one process's workers should read it whole: split by ``shard()`` when it is natively
+    shardable and does not split itself among workers, so no worker reads what another does."""
+    if num_workers <= 1 or splits_by_rank(dataset) is not None or is_hugging_face(dataset):
+        return dataset
+    if _cannot_shard(dataset, 1) is not None:
+        return dataset
+    return SizedWorkerSplitStream(dataset) if hasattr(dataset, "__len__") else WorkerSplitStream(dataset)

@@ -20,6 +20,7 @@ import lightning_shard.lightning
 from lightning_shard.lightning._private import (
     StrategyRegistryType,
     disable_sampler_injection,
+    finish_restored_epoch,
     rebuild_unrestored_training_loaders,
     record_batch_indices,
     sampler_injection_enabled,
@@ -149,3 +150,27 @@ def test_a_loader_built_before_the_restore_leaves_its_state_unloaded_until_rebui
     fresh = _Estimating(str(tmp_path))
     pl.Trainer(max_steps=1, **settings).fit(fresh, data())
     assert fresh.records["rebuilt"] == [False], "nothing to rebuild without a checkpoint"
+
+
+class _Finishing(Recorder):
+    def on_train_start(self) -> None:
+        self.records["finished"] = [finish_restored_epoch(self.trainer)]
+
+
+@pytest.mark.filterwarnings("ignore:.*resuming from a checkpoint")
+def test_an_epoch_ended_on_its_last_batch_counts_as_ended_whatever_the_new_length(tmp_path: Path) -> None:
+    """What ``finish_restored_epoch`` relies on: Lightning takes a checkpoint written on an epoch's last
+    batch as mid-epoch when the loader is now longer (7 batches saved, 13 now), unless its epoch loop's
+    ``batch_progress.current.completed`` reaches ``num_training_batches``."""
+    settings = {"accelerator": "cpu", "devices": 1, "logger": False, "enable_progress_bar": False}
+    settings |= {"enable_model_summary": False, "default_root_dir": str(tmp_path), "max_epochs": 2}
+    save = ModelCheckpoint(tmp_path / "checkpoints", every_n_train_steps=7, filename="{step}")
+    pl.Trainer(max_steps=7, callbacks=[save], **settings).fit(Recorder(str(tmp_path)), loader(14, 2))
+    checkpoint = str(tmp_path / "checkpoints" / "step=7.ckpt")
+    plain = Recorder(str(tmp_path))
+    pl.Trainer(enable_checkpointing=False, **settings).fit(plain, loader(26, 2), ckpt_path=checkpoint)
+    assert [b for e, b, _ in plain.records["train"]][:1] == [7], "Lightning alone: mid-epoch at batch 7"
+    finishing = _Finishing(str(tmp_path))
+    pl.Trainer(enable_checkpointing=False, **settings).fit(finishing, loader(26, 2), ckpt_path=checkpoint)
+    assert finishing.records["finished"] == [True]
+    assert [b for e, b, _ in finishing.records["train"]] == list(range(13)), "epoch 1 whole"

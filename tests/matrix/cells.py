@@ -187,6 +187,14 @@ def refusal(cell: Cell) -> str | None:
     why the combination cannot be exact, and the harness checks that every process raised it before
     its first step, never a hang or a silent loss.
     """
+    if cell.loader == "unbatched" and cell.mode == "dispatch":
+        return "`dispatch_batches=True` with `DataLoader(batch_size=None)`"
+    if (
+        cell.loader == "self_split"
+        and cell.mode == "dispatch"
+        and max(cell.devices, cell.restart_devices) > 1
+    ):
+        return "`dispatch_batches=True` over a dataset that declares `splits_by_rank = True`"
     if not cell.even and cell.loader in MAP_STYLE and _uneven(cell, cell.devices):
         return "`even_batches=False`"
     if cell.feature == "val_float" and cell.loader in UNSIZED:

@@ -43,46 +43,6 @@ MATRIX_SEED = 0
 
 KNOWN_DEFECTS: list[tuple[int, str, Callable[[Cell], bool]]] = [
     (
-        1,
-        "resume loses its position when `configure_optimizers` reads the estimated step count",
-        lambda c: c.feature in ("onecycle", "onecycle_lightning") and c.strategy != "fabric",
-    ),
-    (
-        2,
-        "Fabric: breaking out of an epoch early replays the same batches every epoch (seedable sampler)",
-        lambda c: c.strategy == "fabric" and c.feature == "early_exit" and c.loader == "seedable",
-    ),
-    (
-        3,
-        "a stream split among 2 DataLoader workers, resumed mid-epoch on another number of processes, drops data",
-        lambda c: c.loader == "worker_split" and c.workers == 2 and c.restart != "same",
-    ),
-    (
-        4,
-        "a user's `DataLoader` subclass is replaced by `DataLoaderShard` (its `__iter__` never runs)",
-        lambda c: c.loader == "subclass",
-    ),
-    (
-        7,
-        "found by this harness: `batch_size=None` with `dispatch_batches=True` fails at the first batch "
-        "(`TypeError: 'NoneType' object is not iterable` in `BatchShard.iter_from`) instead of running or "
-        "being refused at set-up",
-        lambda c: c.loader == "unbatched" and c.mode == "dispatch",
-    ),
-    (
-        8,
-        "found by this harness: a checkpoint written on an epoch's last training step, resumed on fewer "
-        "processes, cuts the next epoch short (it starts at the old count's batch index and ends at the "
-        "new count's length: 18 of 38 ids read on 1 process)",
-        lambda c: c.strategy != "fabric" and c.restart == "fewer" and _checkpoint_at_epoch_end(c),
-    ),
-    (
-        9,
-        "found by this harness: `dispatch_batches=True` over a stream that splits itself by rank "
-        "(`splits_by_rank`) dispatches process 0's part only; the other parts are never read, silently",
-        lambda c: c.loader == "self_split" and c.mode == "dispatch",
-    ),
-    (
         10,
         "Lightning's, also under its own `DDPStrategy`: a checkpoint written on the last batch before "
         "`on_train_batch_start` returns -1 in the last epoch resumes with `batch_idx` one behind, so the "
@@ -93,14 +53,6 @@ KNOWN_DEFECTS: list[tuple[int, str, Callable[[Cell], bool]]] = [
             and c.interrupt == "epoch_end"
             and c.kill_at > EXIT_AFTER
         ),
-    ),
-    (
-        11,
-        "found by this harness: a natively shardable stream (`n_shards` / `shard()`, not split among workers "
-        "by itself) with `dispatch_batches=True` and 2 workers: each of process 0's workers reads the whole "
-        "stream, so every sample is trained twice (shard mode splits it among the workers with `shard()`); "
-        "if that is by design, move it to `cells.invalid` with the reason",
-        lambda c: c.loader == "native" and c.mode == "dispatch" and 2 in (c.workers, c.restart_num_workers),
     ),
 ]
 """Defects not fixed yet: ``(defect, what, which cells show it)``; 1-4 are issue 17's (fixed on another
