@@ -197,3 +197,19 @@ def test_a_misspelled_option_of_a_stage_is_refused_with_the_closest() -> None:
 
     with pytest.raises(TypeError, match="Did you mean `split_batches`"):
         Data().shard_options("train")
+
+
+# -- a seedable sampler without a seed, on processes seeded differently -------------------------------------
+def _unseeded(rank: int, world_size: int) -> list[int]:
+    torch.manual_seed(1000 + rank)  # NOTE: processes not seeded alike: their default seeds differ
+    data = DataLoader(list(range(40)), batch_size=4, shuffle=True)
+    loader = prepare_data_loader(data, use_seedable_sampler=True)
+    return [i for batch in loader for i in batch.tolist()]
+
+
+@pytest.mark.dist
+def test_a_seedable_sampler_without_a_seed_shuffles_alike_on_every_process() -> None:
+    from tests.helpers.dist import run_distributed
+
+    first, second = run_distributed(_unseeded, 2, timeout=60)
+    assert sorted(first + second) == list(range(40)), "every sample once: the processes agreed on the order"
