@@ -1,5 +1,6 @@
-# `make demo` runs the main example, `make test` the whole suite, `make gpu-check` the CUDA tests (on a GPU
-# machine). All create or reuse `.venv`. `make test-oldest` runs the Lightning and loader tests on the oldest
+# `make demo` runs the main example, `make test` the whole suite (and builds the documentation site with
+# --strict), `make docs` the site into site/, `make dist` the sdist and wheel into dist/ (checked by twine),
+# `make gpu-check` the CUDA tests (on a GPU machine). All create or reuse `.venv`. `make test-oldest` runs the Lightning and loader tests on the oldest
 # supported releases, in `.venv-oldest`.
 PYTHON ?= python3
 VENV := .venv
@@ -9,7 +10,7 @@ OLDEST := .venv-oldest
 OLDEST_PY := $(OLDEST)/bin/python
 OLDEST_PINS := tests/oldest-constraints.txt
 
-.PHONY: demo test test-oldest bench gpu-check
+.PHONY: demo test docs dist test-oldest bench gpu-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,7 +37,17 @@ test: $(STAMP)
 	$(PY) -m ruff check lightning_shard tests examples benchmarks
 	$(PY) -m ruff format --check lightning_shard tests examples benchmarks
 	$(PY) -m mypy lightning_shard
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
+
+# NOTE: --strict turns every warning into an error: a broken link, anchor or API reference fails.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
 
 test-oldest: $(OLDEST)/.installed
 	OMP_NUM_THREADS=1 $(OLDEST_PY) -m pytest -q tests/lightning tests/loaders
