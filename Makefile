@@ -37,7 +37,8 @@ test: $(STAMP)
 	$(PY) -m ruff check lightning_shard tests examples benchmarks
 	$(PY) -m ruff format --check lightning_shard tests examples benchmarks
 	$(PY) -m mypy lightning_shard
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+	# NOTE: not --quiet: it hides the warnings that --strict turns into errors, and the build passes.
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
 
 # NOTE: --strict turns every warning into an error: a broken link, anchor or API reference fails.
