@@ -1,6 +1,8 @@
-# `make demo` runs the main example, `make test` the whole suite, `make gpu-check` the CUDA tests (on a GPU
-# machine), `make test-matrix` every cell of the combination matrix (long; `make test` runs a sample). All
-# create or reuse `.venv`. `make test-oldest` runs the Lightning and loader tests on the oldest
+# `make demo` runs the main example, `make test` the whole suite (and builds the documentation site with
+# --strict), `make docs` the site into site/, `make dist` the sdist and wheel into dist/ (checked by twine),
+# `make gpu-check` the CUDA tests (on a GPU machine), `make test-matrix` every cell of the combination
+# matrix (long; `make test` runs a sample). All create or reuse `.venv`. `make test-oldest` runs the
+# Lightning and loader tests on the oldest
 # supported releases, in `.venv-oldest`.
 PYTHON ?= python3
 VENV := .venv
@@ -10,7 +12,7 @@ OLDEST := .venv-oldest
 OLDEST_PY := $(OLDEST)/bin/python
 OLDEST_PINS := tests/oldest-constraints.txt
 
-.PHONY: demo test test-oldest test-matrix bench gpu-check
+.PHONY: demo test docs dist test-oldest test-matrix bench gpu-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +39,8 @@ test: $(STAMP)
 	$(PY) -m ruff check lightning_shard tests examples benchmarks
 	$(PY) -m ruff format --check lightning_shard tests examples benchmarks
 	$(PY) -m mypy lightning_shard
+	# NOTE: not --quiet: it hides the warnings that --strict turns into errors, and the build passes.
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
 
 # NOTE: every cell of tests/matrix/cells.py (about half an hour on 2 cores, mostly the ModelParallel cells);
@@ -48,6 +52,15 @@ test-matrix: $(STAMP)
 	-MATRIX_ALL=1 MATRIX_OUT=$(MATRIX_OUT) OMP_NUM_THREADS=1 $(PY) -m pytest -q -rfE tests/matrix; echo $$? > $(MATRIX_OUT)/status
 	$(PY) -m tests.matrix.summary $(MATRIX_OUT)
 	exit $$(cat $(MATRIX_OUT)/status)
+
+# NOTE: --strict turns every warning into an error: a broken link, anchor or API reference fails.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
 
 test-oldest: $(OLDEST)/.installed
 	OMP_NUM_THREADS=1 $(OLDEST_PY) -m pytest -q tests/lightning tests/loaders

@@ -68,4 +68,4 @@ __all__ = [
     "skip_first_batches",
     "stateful_loader_class",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -3,8 +3,8 @@
 ``ShardOptions`` carries the loader options from the strategy (or a ``ShardDataModule``'s per-stage
 overrides) down to ``prepare_data_loader``; ``StrategyOptions`` holds the few that only a strategy
 has. ``prepare_data_loader`` and the strategies keep flat keyword signatures (users and LightningCLI
-need them); ``tests/core/test_options.py`` fails when those signatures or the README's option table
-(``option_table()``) disagree with the fields here.
+need them); ``tests/core/test_options.py`` fails when those signatures disagree with the fields here, and
+the documentation's options table is rendered from them (``option_table()``, docs/options.md).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _option(default: Any, doc: str, **strategy: Any) -> Any:
 class ShardOptions:
     """How loaders are sharded; the strategies, the datamodule and ``prepare_data_loader`` share it.
 
-    Each field's documentation is in its ``metadata["doc"]`` (and the README's option table).
+    Each field's documentation is in its ``metadata["doc"]`` (rendered in the documentation's options table).
 
     Raises:
         ValueError / TypeError: on ``dispatch_batches=True`` without ``put_on_device``, an unknown
@@ -219,7 +219,7 @@ def check_known(cls: type, changes: Mapping[str, Any], where: str) -> None:
 
 
 def option_table() -> str:
-    """The README's option table, rendered from the fields above (a test keeps the README in step)."""
+    """The options table of docs/options.md, rendered from the fields above when the site is built."""
     rows = ["| option | default | meaning |", "|---|---|---|"]
     for cls, suffix in ((ShardOptions, ""), (StrategyOptions, " (strategy only)")):
         for option in option_fields(cls):

@@ -56,7 +56,7 @@ def prepare_data_loader(
 
     ``num_processes`` / ``process_index`` default to the data-parallel size and rank of the running
     process group (or of ``torch_device_mesh``). The other parameters are the fields of
-    ``ShardOptions``, documented there (and in the README's option table).
+    ``ShardOptions``, documented there (and in the documentation's options table).
 
     Raises:
         TypeError: if ``dataloader`` is not a ``DataLoader``.

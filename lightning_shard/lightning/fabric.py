@@ -35,10 +35,13 @@ class ShardFabricStrategy(DDPStrategy):
     ``import lightning_shard``. Scale ``interval="step"``-like schedulers yourself with
     ``ShardScheduler(scheduler, optimizer, num_processes=fabric.strategy.topology.num_processes)``.
 
+    Keyword arguments: the loader options (``split_batches``, ``even_batches``, ``dispatch_batches``,
+    ``put_on_device``, ``rng_types``, ``use_seedable_sampler``, ``data_seed``, ``non_blocking``,
+    ``use_stateful_dataloader``, ``slice_fn_for_dispatch``, ``iterable_sharding``) are the fields of
+    ``ShardOptions``, documented there and in the options table. ``rng_types`` defaults to
+    ``("generator",)`` here.
+
     Args:
-        split_batches, even_batches, dispatch_batches, put_on_device, rng_types, use_seedable_sampler,
-            data_seed, non_blocking, use_stateful_dataloader, slice_fn_for_dispatch, iterable_sharding: the loader options
-            (``ShardOptions``); ``rng_types`` defaults to ``("generator",)`` here.
         **kwargs: any argument of Fabric's ``DDPStrategy`` (``timeout``, ``start_method``, ...).
 
     Raises:

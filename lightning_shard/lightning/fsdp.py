@@ -33,15 +33,18 @@ class ShardFSDPStrategy(ShardingMixin, FSDPStrategy):
     ``ShardStrategy``'s. Like ``FSDPStrategy`` it needs CUDA; ``make gpu-check`` runs its fit.
     Registered as ``"shard_fsdp"``.
 
+    ``FSDPStrategy``'s arguments (``accelerator``, ``parallel_devices``, ``cluster_environment``,
+    ``checkpoint_io``, ``precision_plugin``, ``process_group_backend``, ``timeout``, ``cpu_offload``,
+    ``mixed_precision``, ``auto_wrap_policy``, ``activation_checkpointing``,
+    ``activation_checkpointing_policy``, ``sharding_strategy``, ``state_dict_type``, ``device_mesh``) mean
+    what they mean there. Keyword arguments: the loader options (``split_batches``, ``even_batches``, ``dispatch_batches``,
+    ``put_on_device``, ``rng_types``, ``use_seedable_sampler``, ``data_seed``, ``non_blocking``,
+    ``use_stateful_dataloader``, ``slice_fn_for_dispatch``, ``iterable_sharding``) are the fields of
+    ``ShardOptions``, and the strategy options (``step_scheduler_with_optimizer``, ``audit``,
+    ``audit_raise``, ``gather_predictions``) those of ``StrategyOptions``; the options table documents
+    both. ``rng_types`` defaults to ``("generator",)`` here.
+
     Args:
-        accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin,
-            process_group_backend, timeout, cpu_offload, mixed_precision, auto_wrap_policy,
-            activation_checkpointing, activation_checkpointing_policy, sharding_strategy,
-            state_dict_type, device_mesh: as for ``FSDPStrategy``.
-        split_batches, even_batches, dispatch_batches, put_on_device, rng_types, use_seedable_sampler,
-            data_seed, non_blocking, use_stateful_dataloader, slice_fn_for_dispatch, iterable_sharding: the loader options
-            (``ShardOptions``); ``rng_types`` defaults to ``("generator",)`` here.
-        step_scheduler_with_optimizer, audit, audit_raise, gather_predictions: the strategy options (``StrategyOptions``).
         **kwargs: passed to ``FullyShardedDataParallel``, as ``FSDPStrategy`` does.
 
     Raises:

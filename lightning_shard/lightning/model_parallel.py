@@ -27,13 +27,19 @@ class ShardModelParallelStrategy(ShardingMixin, ModelParallelStrategy):
     (``save_distributed_checkpoint=True``: a directory; ``False``: one file). Registered as
     ``"shard_model_parallel"``.
 
+    Keyword arguments: the loader options (``split_batches``, ``even_batches``, ``dispatch_batches``,
+    ``put_on_device``, ``rng_types``, ``use_seedable_sampler``, ``data_seed``, ``non_blocking``,
+    ``use_stateful_dataloader``, ``slice_fn_for_dispatch``, ``iterable_sharding``) are the fields of
+    ``ShardOptions``, and the strategy options (``step_scheduler_with_optimizer``, ``audit``,
+    ``audit_raise``, ``gather_predictions``) those of ``StrategyOptions``; the options table documents
+    both. ``rng_types`` defaults to ``("generator",)`` here.
+
     Args:
-        data_parallel_size, tensor_parallel_size, save_distributed_checkpoint, process_group_backend,
-            timeout: as for ``ModelParallelStrategy``.
-        split_batches, even_batches, dispatch_batches, put_on_device, rng_types, use_seedable_sampler,
-            data_seed, non_blocking, use_stateful_dataloader, slice_fn_for_dispatch, iterable_sharding: the loader options
-            (``ShardOptions``); ``rng_types`` defaults to ``("generator",)`` here.
-        step_scheduler_with_optimizer, audit, audit_raise, gather_predictions: the strategy options (``StrategyOptions``).
+        data_parallel_size: as for ``ModelParallelStrategy``.
+        tensor_parallel_size: as for ``ModelParallelStrategy``.
+        save_distributed_checkpoint: as for ``ModelParallelStrategy``.
+        process_group_backend: as for ``ModelParallelStrategy``.
+        timeout: as for ``ModelParallelStrategy``.
 
     Raises:
         ValueError / TypeError: on inconsistent options (see ``ShardOptions`` and ``StrategyOptions``).

@@ -17,16 +17,19 @@ class ShardStrategy(ShardingMixin, DDPStrategy):
 
     Every train / val / test / predict ``DataLoader`` is sharded with this strategy's options (a
     ``ShardDataModule`` can override them per stage): training as configured, validation and test with
-    ``even_batches=True`` (``gather_for_metrics`` drops the padding), predict with ``even_batches=False``
+    ``even_batches="balanced"`` (no sample repeated, so metrics are exact), predict with ``even_batches=False``
     so each sample is predicted exactly once. Optimizers become ``ShardOptimizer`` and
     ``interval="step"`` schedulers ``ShardScheduler``; the training loader's position is saved in
     Lightning's checkpoints and restored exactly. Registered as ``"shard"`` and ``"shard_spawn"``.
 
+    Keyword arguments: the loader options (``split_batches``, ``even_batches``, ``dispatch_batches``,
+    ``put_on_device``, ``rng_types``, ``use_seedable_sampler``, ``data_seed``, ``non_blocking``,
+    ``use_stateful_dataloader``, ``slice_fn_for_dispatch``, ``iterable_sharding``) are the fields of
+    ``ShardOptions``, and the strategy options (``step_scheduler_with_optimizer``, ``audit``,
+    ``audit_raise``, ``gather_predictions``) those of ``StrategyOptions``; the options table documents
+    both. ``rng_types`` defaults to ``("generator",)`` here.
+
     Args:
-        split_batches, even_batches, dispatch_batches, put_on_device, rng_types, use_seedable_sampler,
-            data_seed, non_blocking, use_stateful_dataloader, slice_fn_for_dispatch, iterable_sharding: the loader options
-            (``ShardOptions``, documented there); ``rng_types`` defaults to ``("generator",)`` here.
-        step_scheduler_with_optimizer, audit, audit_raise, gather_predictions: the strategy options (``StrategyOptions``).
         **kwargs: any ``DDPStrategy`` argument (``find_unused_parameters``, ``timeout``, ``start_method``, ...).
             ``timeout`` (Lightning's default: 30 minutes) bounds how long a process waits for a peer that
             is alive but stuck, and also the start-up rendezvous; a killed peer ends the others at once

@@ -48,7 +48,8 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
         slice_fn: ``slice_fn(batch, slice, process_index=, num_processes=)``; default cuts every tensor
             and sequence along dimension 0.
         non_blocking: asynchronous host-to-device copies.
-        num_processes, process_index: default to the running process group's.
+        num_processes: defaults to the running process group's size.
+        process_index: defaults to the running process group's rank.
         topology: the data-parallel topology (``prepare_data_loader`` passes it); when given, it is used
             instead of ``num_processes`` / ``process_index``.
         **kwargs: any other ``DataLoader`` argument (a ``batch_sampler`` for map-style data).

@@ -164,7 +164,8 @@ class NativeStreamShard(IterableDataset):
     Args:
         dataset: the user's iterable dataset.
         kind: ``"native"`` (iterate ``dataset.shard(N, r)``) or ``"self"`` (iterate ``dataset``).
-        num_processes, process_index: ``N`` and ``r``.
+        num_processes: ``N``, the number of data-parallel processes.
+        process_index: ``r``, this process's index.
         batch_size: the user's batch size (global with ``split_batches``), recorded for the state.
         split_batches: whether ``batch_size`` is global.
     """

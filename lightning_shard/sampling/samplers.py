@@ -23,8 +23,9 @@ class SeedableRandomSampler(RandomSampler):
 
     Args:
         data_source: the dataset to sample from.
-        replacement, num_samples, generator: as for ``RandomSampler``. A given generator is re-seeded
-            at the start of each iteration.
+        replacement: as for ``RandomSampler``.
+        num_samples: as for ``RandomSampler``.
+        generator: as for ``RandomSampler``; a given generator is re-seeded at the start of each iteration.
         data_seed: the base seed; defaults to ``torch.initial_seed()`` when ``None``.
 
     Raises:

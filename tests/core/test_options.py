@@ -1,9 +1,12 @@
-"""One home per option (docs/DESIGN.md, "Options"): ``prepare_data_loader``, the strategies and the README's
-option table all agree with ``ShardOptions`` / ``StrategyOptions`` in names, defaults and annotations."""
+"""One home per option (docs/DESIGN.md, "Options"): ``prepare_data_loader`` and the strategies agree with
+``ShardOptions`` / ``StrategyOptions`` in names, defaults and annotations, and the documentation's options
+table is rendered from them (docs/hooks.py), with no hand-written copy anywhere."""
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +21,18 @@ from lightning_shard import (
     StrategyOptions,
     prepare_data_loader,
 )
-from lightning_shard.options import option_fields, option_table, strategy_default
+from lightning_shard.options import option_fields, option_names, option_table, strategy_default
 
-README = Path(__file__).parents[2] / "README.md"
+ROOT = Path(__file__).parents[2]
+
+
+def _docs_hook() -> Any:
+    """docs/hooks.py, the MkDocs hook that renders the options table (not a package: loaded by path)."""
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _parameters(function: Any) -> dict[str, inspect.Parameter]:
@@ -61,12 +73,25 @@ def test_fabric_strategy_takes_every_loader_option() -> None:
     assert ShardFabricStrategy().options == ShardOptions(rng_types=("generator",))
 
 
-def test_every_option_is_documented_in_the_readme_table() -> None:
-    table = option_table()
-    assert table in README.read_text(), "the README's option table differs from `option_table()`"
+def test_the_options_page_renders_every_option_from_the_dataclasses() -> None:
+    hook = _docs_hook()
+    source = (ROOT / "docs" / "options.md").read_text()
+    assert source.count(hook.MARKER) == 1, "docs/options.md must hold the table's marker once"
+    rendered = hook.render(source)
+    assert option_table() in rendered and hook.MARKER not in rendered
     for cls in (ShardOptions, StrategyOptions):
         for option in option_fields(cls):
-            assert f"| `{option.name}`" in table and option.metadata["doc"]
+            assert f"| `{option.name}`" in rendered and option.metadata["doc"], option.name
+
+
+def test_no_hand_written_copy_of_the_table() -> None:
+    names = "|".join(name for cls in (ShardOptions, StrategyOptions) for name in option_names(cls))
+    row = re.compile(rf"^\| `({names})`( \(strategy only\))? \| `", re.MULTILINE)
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        copied = row.findall(page.read_text())
+        assert not copied, (
+            f"{page.name} copies rows of the options table {copied}: use docs/options.md's marker"
+        )
 
 
 def test_from_kwargs_takes_only_option_names() -> None:
