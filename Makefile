@@ -51,6 +51,7 @@ test-matrix: $(STAMP)
 	rm -rf $(MATRIX_OUT)
 	-MATRIX_ALL=1 MATRIX_OUT=$(MATRIX_OUT) OMP_NUM_THREADS=1 $(PY) -m pytest -q -rfE tests/matrix; echo $$? > $(MATRIX_OUT)/status
 	$(PY) -m tests.matrix.summary $(MATRIX_OUT)
+	EXIT_STATUS_FITS=20 OMP_NUM_THREADS=1 $(PY) -m pytest -q tests/lightning/test_combinations.py -k exit_zero
 	exit $$(cat $(MATRIX_OUT)/status)
 
 # NOTE: --strict turns every warning into an error: a broken link, anchor or API reference fails.
