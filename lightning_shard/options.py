@@ -75,7 +75,9 @@ class ShardOptions:
         "Replace a `RandomSampler` by a `SeedableRandomSampler` whose order is a pure function of "
         "`(data_seed, epoch)`.",
     )
-    data_seed: int | None = _option(None, "Seed of that sampler (`None`: process 0's `torch.initial_seed()`, the same on every process).")
+    data_seed: int | None = _option(
+        None, "Seed of that sampler (`None`: process 0's `torch.initial_seed()`, the same on every process)."
+    )
     non_blocking: bool = _option(False, "Asynchronous host-to-device copies (pair with `pin_memory=True`).")
     use_stateful_dataloader: bool = _option(False, "Back loaders with torchdata's `StatefulDataLoader`.")
     slice_fn_for_dispatch: Callable[..., Any] | None = _option(

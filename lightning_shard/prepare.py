@@ -105,7 +105,8 @@ def _agree_on_seed(options: ShardOptions, topology: Topology) -> ShardOptions:
     """
     if not options.use_seedable_sampler or options.data_seed is not None or topology.num_processes == 1:
         return options
-    if not is_distributed():
+    if not is_distributed() or not topology.covers_world():
+        # NOTE: a world-wide broadcast needs every rank here; a loader over part of the group keeps its default.
         return options
     return options.replace(data_seed=int(broadcast_object(torch.initial_seed())))
 

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 
 from lightning_shard.lightning.stages import ShardLoader, is_shard_loader
+from lightning_shard.loaders.state import decode_generator_state
+from lightning_shard.sampling.samplers import SeedableRandomSampler
 
 
 class TrainingLoaderRounds:
@@ -52,9 +54,23 @@ class TrainingLoaderRounds:
 
 
 def _continue_stream(earlier: ShardLoader, loader: ShardLoader) -> None:
+    # NOTE: a loader whose checkpoint state waits for its next `iter()` goes on from that state, not from its
+    # generator and seed as they are before it is applied.
+    pending = earlier._pending
+    saved = pending.generator_state if pending is not None else None
     source, target = _generator(earlier), _generator(loader)
-    if source is not None and target is not None and source is not target:
-        target.set_state(source.get_state())
+    if target is not None and source is not target:
+        if saved is not None:
+            target.set_state(decode_generator_state(saved))
+        elif source is not None:
+            target.set_state(source.get_state())
+    # NOTE: a seedable sampler's order is (seed, epoch): its seed goes on too, as restored from a checkpoint
+    # (the default seed is the process's `torch.initial_seed()`, another one in a resumed run).
+    seed = pending.sampler_seed if pending is not None and pending.sampler_seed is not None else None
+    seed = seed if seed is not None else earlier._sampler_seed()
+    sampler = loader._user_sampler()
+    if isinstance(sampler, SeedableRandomSampler) and seed is not None:
+        sampler.initial_seed = seed
 
 
 def _generator(loader: ShardLoader) -> torch.Generator | None:

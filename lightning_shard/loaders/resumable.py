@@ -218,9 +218,11 @@ class ResumableLoaderMixin:
     def _begin_epoch(self) -> None:
         """Apply a pending restore (or rewind), then remember the generator state of the epoch."""
         restore, self._pending = self._pending, None
-        if restore is None and self._in_epoch:
+        if restore is None and self._in_epoch and self.resume_hook is None:
             # NOTE: the iteration before was left before its end (a `break`, as in a Fabric loop that trains
             # K steps an epoch): a new `iter()` starts the next epoch, as a `DataLoader`'s draws a new order.
+            # A loop that tells the loader what it consumed (Lightning's, through `resume_hook`) also sets
+            # its epochs, and may call `iter()` again within one (Lightning does after a reload).
             self._finish_epoch()
         self.end_of_dataloader = False
         epoch = self._epoch if restore is None or restore.epoch is None else restore.epoch
