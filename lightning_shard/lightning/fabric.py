@@ -37,7 +37,8 @@ class ShardFabricStrategy(DDPStrategy):
 
     Args:
         split_batches, even_batches, dispatch_batches, put_on_device, rng_types, use_seedable_sampler,
-            data_seed, non_blocking, use_stateful_dataloader, slice_fn_for_dispatch, iterable_sharding: the loader options
+            data_seed, non_blocking, use_stateful_dataloader, slice_fn_for_dispatch, iterable_sharding,
+            scalable_shuffle: the loader options
             (``ShardOptions``); ``rng_types`` defaults to ``("generator",)`` here.
         **kwargs: any argument of Fabric's ``DDPStrategy`` (``timeout``, ``start_method``, ...).
 
@@ -65,6 +66,7 @@ class ShardFabricStrategy(DDPStrategy):
         use_stateful_dataloader: bool = False,
         slice_fn_for_dispatch: Callable[..., Any] | None = None,
         iterable_sharding: str = "auto",
+        scalable_shuffle: bool = False,
         **kwargs: Any,
     ) -> None:
         options = locals()

@@ -39,7 +39,8 @@ class ShardFSDPStrategy(ShardingMixin, FSDPStrategy):
             activation_checkpointing, activation_checkpointing_policy, sharding_strategy,
             state_dict_type, device_mesh: as for ``FSDPStrategy``.
         split_batches, even_batches, dispatch_batches, put_on_device, rng_types, use_seedable_sampler,
-            data_seed, non_blocking, use_stateful_dataloader, slice_fn_for_dispatch, iterable_sharding: the loader options
+            data_seed, non_blocking, use_stateful_dataloader, slice_fn_for_dispatch, iterable_sharding,
+            scalable_shuffle: the loader options
             (``ShardOptions``); ``rng_types`` defaults to ``("generator",)`` here.
         step_scheduler_with_optimizer, audit, audit_raise, gather_predictions: the strategy options (``StrategyOptions``).
         **kwargs: passed to ``FullyShardedDataParallel``, as ``FSDPStrategy`` does.
@@ -80,6 +81,7 @@ class ShardFSDPStrategy(ShardingMixin, FSDPStrategy):
         use_stateful_dataloader: bool = False,
         slice_fn_for_dispatch: Callable[..., Any] | None = None,
         iterable_sharding: str = "auto",
+        scalable_shuffle: bool = False,
         step_scheduler_with_optimizer: bool = True,
         audit: bool = False,
         audit_raise: bool = False,

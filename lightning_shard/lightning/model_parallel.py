@@ -31,7 +31,8 @@ class ShardModelParallelStrategy(ShardingMixin, ModelParallelStrategy):
         data_parallel_size, tensor_parallel_size, save_distributed_checkpoint, process_group_backend,
             timeout: as for ``ModelParallelStrategy``.
         split_batches, even_batches, dispatch_batches, put_on_device, rng_types, use_seedable_sampler,
-            data_seed, non_blocking, use_stateful_dataloader, slice_fn_for_dispatch, iterable_sharding: the loader options
+            data_seed, non_blocking, use_stateful_dataloader, slice_fn_for_dispatch, iterable_sharding,
+            scalable_shuffle: the loader options
             (``ShardOptions``); ``rng_types`` defaults to ``("generator",)`` here.
         step_scheduler_with_optimizer, audit, audit_raise, gather_predictions: the strategy options (``StrategyOptions``).
 
@@ -60,6 +61,7 @@ class ShardModelParallelStrategy(ShardingMixin, ModelParallelStrategy):
         use_stateful_dataloader: bool = False,
         slice_fn_for_dispatch: Callable[..., Any] | None = None,
         iterable_sharding: str = "auto",
+        scalable_shuffle: bool = False,
         step_scheduler_with_optimizer: bool = True,
         audit: bool = False,
         audit_raise: bool = False,
