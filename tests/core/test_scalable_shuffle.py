@@ -19,8 +19,8 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sequential
 
 from lightning_shard import prepare_data_loader
 from lightning_shard.audit import expected_padding_and_missing
-from lightning_shard.sampling.batch_shard import BatchSamplerShard
 from lightning_shard.sampling import permutation as permutation_module
+from lightning_shard.sampling.batch_shard import BatchSamplerShard
 from lightning_shard.sampling.permutation import KeyedPermutation
 from lightning_shard.sampling.samplers import ScalableRandomSampler
 from tests.helpers.datasets import IdMap, IdStream
