@@ -27,6 +27,17 @@ from lightning_shard.comm.collectives import communication_device, is_distribute
 from lightning_shard.comm.tree import Node, flatten, is_tensor_tree, map_leaves, unflatten
 
 _HASH, _TENSORS, _ROWS, _UNIFORM = range(4)
+_NATIVE = (
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.uint8,
+    torch.int8,
+    torch.int32,
+    torch.int64,
+)
+"""Dtypes both gloo and NCCL all-gather as they are; others travel as bytes."""
 
 
 def gather_in_process_order(data: Any, sources: Sequence[int] | None = None) -> Any:
@@ -45,13 +56,17 @@ def gather_in_process_order(data: Any, sources: Sequence[int] | None = None) -> 
     node, leaves = flatten(data)
     tensors = is_tensor_tree(data)
     header = _all_gather_rows(_header(node, leaves, tensors), communication_device()).cpu()
-    agreed = bool((header[:, _HASH] == header[0, _HASH]).all()) and bool(header[:, _TENSORS].all())
-    if not agreed:
+    # NOTE: one reduction gives every column's range: equal hashes, all tensors, equal rows, all uniform.
+    low, high = (values.tolist() for values in header.aminmax(dim=0))
+    if low[_HASH] != high[_HASH] or not low[_TENSORS]:
         parts: list[Any] = [None] * header.shape[0]
         dist.all_gather_object(parts, _to_cpu(data))
         return merge_parts(_kept(parts, sources))
-    rows = _leaf_rows(leaves, header)
-    gathered = [_gather_leaf(leaf, rows[:, column], sources) for column, leaf in enumerate(leaves)]
+    if low[_UNIFORM] and low[_ROWS] == high[_ROWS] and sources is None:
+        gathered = [_gather_equal(leaf) for leaf in leaves]
+    else:
+        rows = _leaf_rows(leaves, header, bool(low[_UNIFORM]))
+        gathered = [_gather_leaf(leaf, rows[:, column], sources) for column, leaf in enumerate(leaves)]
     return unflatten(node, gathered)
 
 
@@ -60,7 +75,7 @@ def _header(node: Node, leaves: list[Any], tensors: bool) -> torch.Tensor:
     counts = [_rows(leaf) for leaf in leaves] if tensors else [0]
     digest = hashlib.blake2b(repr(_signature_of(node, leaves)).encode(), digest_size=8).digest()
     signature = int.from_bytes(digest, "little", signed=True)
-    uniform = all(count == counts[0] for count in counts)
+    uniform = counts.count(counts[0]) == len(counts)
     return torch.tensor([signature, int(tensors), counts[0], int(uniform)], dtype=torch.int64)
 
 
@@ -68,10 +83,10 @@ def _rows(leaf: torch.Tensor) -> int:
     return int(leaf.shape[0]) if leaf.dim() else 1
 
 
-def _leaf_rows(leaves: list[torch.Tensor], header: torch.Tensor) -> torch.Tensor:
+def _leaf_rows(leaves: list[torch.Tensor], header: torch.Tensor, uniform: bool) -> torch.Tensor:
     """``[N, leaves]`` rows of each leaf on each process: from the header when every process's leaves
     agree in rows, else from one more small all-gather (the same decision everywhere: the header is)."""
-    if bool(header[:, _UNIFORM].all()):
+    if uniform:
         return header[:, _ROWS : _ROWS + 1].expand(-1, len(leaves))
     local = torch.tensor([_rows(leaf) for leaf in leaves], dtype=torch.int64)
     return _all_gather_rows(local, communication_device()).cpu()
@@ -93,6 +108,15 @@ def _all_gather_single(out: torch.Tensor, local: torch.Tensor) -> None:
     gather(out, local)
 
 
+def _gather_equal(leaf: torch.Tensor) -> torch.Tensor:
+    """``leaf`` of every process when all have as many rows: one all-gather, nothing to cut."""
+    leaf = leaf.reshape(1) if leaf.dim() == 0 else leaf
+    if leaf.dtype not in _NATIVE:
+        return _from_bytes(_all_gather_rows(_as_bytes(leaf), leaf.device), leaf)
+    gathered = _all_gather_rows(leaf, leaf.device)
+    return gathered.view(-1, *leaf.shape[1:])
+
+
 def _gather_leaf(leaf: torch.Tensor, rows: torch.Tensor, sources: Sequence[int] | None) -> torch.Tensor:
     """``leaf`` of every process (of ``sources``), concatenated along dimension 0 (a scalar is one row).
 
@@ -106,8 +130,6 @@ def _gather_leaf(leaf: torch.Tensor, rows: torch.Tensor, sources: Sequence[int] 
     padded = _from_bytes(_all_gather_rows(_as_bytes(leaf), leaf.device), leaf)
     ranks = torch.arange(rows.shape[0]) if sources is None else torch.tensor(list(sources), dtype=torch.int64)
     kept = rows[ranks]
-    if sources is None and bool((kept == longest).all()):
-        return padded
     offsets = torch.arange(longest)
     index = (ranks[:, None] * longest + offsets)[offsets < kept[:, None]]
     return padded.index_select(0, index.to(padded.device))
