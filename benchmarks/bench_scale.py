@@ -238,6 +238,7 @@ def _status(field: str) -> int:
 def _peak_rise(run: Callable[[], Any]) -> int:
     """How far the resident set rises above where it was while ``run`` runs (bytes)."""
     gc.collect()
+    _LIBC.malloc_trim(0)  # NOTE: freed heap pages leave the resident set, so reusing them counts again
     with open("/proc/self/clear_refs", "w") as refs:
         refs.write("5")  # NOTE: resets the peak resident set (VmHWM) to the current one
     before = _status("VmRSS")
@@ -247,13 +248,14 @@ def _peak_rise(run: Callable[[], Any]) -> int:
     return max(rise, 0)
 
 
+_LIBC = ctypes.CDLL("libc.so.6")
+
+
 def _fixed_malloc_thresholds() -> None:
     """Large blocks mapped and unmapped, so a freed tensor leaves the resident set and every measured
     peak is the measured call's own (glibc otherwise raises its mmap threshold and keeps freed blocks)."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 17)  # NOTE: M_MMAP_THRESHOLD; setting it turns the dynamic threshold off
-        libc.mallopt(-1, 1 << 17)  # NOTE: M_TRIM_THRESHOLD
+    _LIBC.mallopt(-3, 1 << 17)  # NOTE: M_MMAP_THRESHOLD; setting it turns the dynamic threshold off
+    _LIBC.mallopt(-1, 1 << 17)  # NOTE: M_TRIM_THRESHOLD
 
 
 def measure(variants: dict[str, Callable[[], Any]], repeats: int) -> dict[str, tuple[float, int]]:

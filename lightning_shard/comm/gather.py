@@ -110,11 +110,14 @@ def _all_gather_single(out: torch.Tensor, local: torch.Tensor) -> None:
 
 def _gather_equal(leaf: torch.Tensor) -> torch.Tensor:
     """``leaf`` of every process when all have as many rows: one all-gather, nothing to cut."""
-    leaf = leaf.reshape(1) if leaf.dim() == 0 else leaf
+    return _all_gather_leaf(leaf.reshape(1) if leaf.dim() == 0 else leaf)
+
+
+def _all_gather_leaf(leaf: torch.Tensor) -> torch.Tensor:
+    """``[N * rows, ...]``: every process's ``leaf`` (equally shaped), as bytes if the backends need it."""
     if leaf.dtype not in _NATIVE:
         return _from_bytes(_all_gather_rows(_as_bytes(leaf), leaf.device), leaf)
-    gathered = _all_gather_rows(leaf, leaf.device)
-    return gathered.view(-1, *leaf.shape[1:])
+    return _all_gather_rows(leaf, leaf.device).view(-1, *leaf.shape[1:])
 
 
 def _gather_leaf(leaf: torch.Tensor, rows: torch.Tensor, sources: Sequence[int] | None) -> torch.Tensor:
@@ -127,7 +130,7 @@ def _gather_leaf(leaf: torch.Tensor, rows: torch.Tensor, sources: Sequence[int] 
     longest = int(rows.max())
     if leaf.shape[0] < longest:
         leaf = torch.cat([leaf, leaf.new_zeros((longest - leaf.shape[0], *leaf.shape[1:]))])
-    padded = _from_bytes(_all_gather_rows(_as_bytes(leaf), leaf.device), leaf)
+    padded = _all_gather_leaf(leaf)
     ranks = torch.arange(rows.shape[0]) if sources is None else torch.tensor(list(sources), dtype=torch.int64)
     kept = rows[ranks]
     offsets = torch.arange(longest)
