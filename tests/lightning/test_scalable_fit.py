@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from lightning_shard.comm.topology import Topology
+from lightning_shard.lightning import ShardStrategy
 from lightning_shard.lightning.plan import plan_for
 from lightning_shard.lightning.schedulers import SchedulerScaling
 from lightning_shard.options import ShardOptions
@@ -72,3 +73,15 @@ def test_a_mid_epoch_checkpoint_resumes_the_keyed_order_exactly(runs: Path, devi
     padding = after[len(rest) :]
     assert padding == whole[0][: len(padding)], "padded from the start of the epoch's order"
     assert _global_order(resumed, 1)[:LENGTH] == whole[1], "the next epoch: the keyed order of epoch 1"
+
+
+def test_a_datamodule_turns_it_on_for_training_only() -> None:
+    from lightning_shard.lightning import ShardDataModule
+
+    class Data(ShardDataModule):
+        shard_stage_options = {"train": {"scalable_shuffle": True}}  # noqa: RUF012 - the documented form
+
+    data = Data()
+    assert data._train_options().scalable_shuffle
+    assert not ShardOptions().replace(**data.shard_options("validate")).scalable_shuffle
+    assert ShardStrategy(scalable_shuffle=True).options.scalable_shuffle

@@ -78,6 +78,17 @@ def test_resume_under_another_number_of_workers() -> None:
         assert [take(loader), take(loader)] == [full[0][steps:], full[1]]
 
 
+def test_a_mid_epoch_state_of_another_shuffle_is_refused() -> None:
+    plain = LoaderCase(length=23, batch_size=3, shuffle="global")
+    scalable = LoaderCase(length=23, batch_size=3, shuffle="global", options=SCALABLE)
+    for saved, loaded in ((plain, scalable), (scalable, plain)):
+        with pytest.raises(
+            ValueError, match=r"`sampler=.*(Scalable)?RandomSampler.*Load it into a loader built the same way"
+        ):
+            resumed(loaded, 2, 0, stopped(saved, 2, 0, 0, 2).state_dict())
+    assert take(resumed(scalable, 2, 0, stopped(plain, 2, 0, 1, 0).state_dict())), "between epochs it loads"
+
+
 # -- a real group -------------------------------------------------------------------------------------
 def _run(rank: int, world_size: int) -> dict[str, Any]:
     results: dict[str, Any] = {}
