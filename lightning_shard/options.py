@@ -98,7 +98,8 @@ class ShardOptions:
         "Shuffle with a keyed permutation of `(data_seed, epoch)` that each process evaluates only at its own "
         "positions: `O(n / N)` time and `O(batch)` memory per epoch instead of a whole `randperm` on every "
         'process (docs/DESIGN.md, "Scale"). A different order from `RandomSampler`\'s; for a loader with '
-        "`shuffle=True` (a plain `RandomSampler`, no `generator`); sequential loaders are left as they are.",
+        "`shuffle=True` (a plain `RandomSampler`, no `generator`); sequential loaders are left as they are. "
+        "Takes precedence over `use_seedable_sampler`.",
     )
 
     def __post_init__(self) -> None:
