@@ -26,7 +26,7 @@ the rise of the peak resident set (``VmHWM`` after resetting it, Linux) over the
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_scale.py            # short: n <= 10^7, about two minutes
+    OMP_NUM_THREADS=1 python benchmarks/bench_scale.py            # n <= 10^7: minutes (RESULTS.md)
     OMP_NUM_THREADS=1 python benchmarks/bench_scale.py --full     # n up to 10^8, N up to 16,384
     OMP_NUM_THREADS=1 python benchmarks/bench_scale.py --pair     # only the N = 2 gloo comparison
 """
