@@ -4,7 +4,9 @@ Each process records the dataset indices it consumed in two bitmaps, *seen* (at 
 *repeated* (at least twice), plus a count of records. That is enough for exact totals: the samples
 covered are the bits of *seen*, the extra consumptions are ``records - covered`` (however many times a
 sample repeats), the missing samples are ``dataset_length - covered``. Bitmaps merge exactly across
-processes (``seen = a | b``, ``repeated = ra | rb | (a & b)``), so ``gather`` gives the global picture.
+processes (``seen = a | b``, ``repeated = ra | rb | (a & b)``); ``gather`` does that for all processes
+at once by summing each sample's state (0, 1 or 2) in compact all-reduces, so a process's memory and
+traffic stay ``O(dataset_length)`` whatever the number of processes (docs/DESIGN.md, "Scale").
 Padding (``even_batches``) and the samples ``drop_last`` drops are allowed, in the counts given.
 """
 
@@ -22,6 +24,8 @@ from lightning_shard.comm.collectives import communication_device, is_distribute
 from lightning_shard.sampling.balance import EvenBatches, is_balanced
 
 _CHUNK_BYTES = 1 << 20
+_COUNT_CHUNK = 1 << 22
+"""Samples per all-reduce of ``gather``: at most 16 MB of counts in flight, whatever the dataset."""
 _POPCOUNT = torch.tensor([bin(byte).count("1") for byte in range(256)], dtype=torch.int64)
 _BITS = torch.arange(8, dtype=torch.uint8)
 _EXAMPLES = 5
@@ -207,28 +211,44 @@ class ShardAudit:
     def gather(self, group: Any = None) -> ShardAudit:
         """The audit of every process's records (a collective: call it on every process).
 
-        Each process receives every bitmap (``N * dataset_length / 4`` bytes in all) and merges them, so
-        the result is the same everywhere. Without a process group, a copy of this audit.
+        Each sample's state on a process (0: unseen, 1: seen once, 2: repeated) is summed over the
+        processes by all-reduces of ``_COUNT_CHUNK`` samples at a time, and the sums are packed back into
+        the two bitmaps (``seen``: a sum of 1 or more, ``repeated``: 2 or more). A process sends,
+        receives and holds ``O(dataset_length)`` bytes whatever the number of processes (docs/DESIGN.md,
+        "Scale"); the result is the same everywhere. Without a process group, a copy of this audit.
+
+        Raises:
+            ValueError: on every process, if the processes audit datasets of different lengths.
         """
-        if not is_distributed():
-            return self.merge(ShardAudit(self.dataset_length))
-        device = communication_device()
-        world = dist.get_world_size(group)
-        local = torch.cat([self.seen, self.repeated]).to(device)
-        bitmaps = [torch.empty_like(local) for _ in range(world)]
-        dist.all_gather(bitmaps, local, group=group)
-        records = torch.tensor([self.records], dtype=torch.int64, device=device)
-        dist.all_reduce(records, group=group)
-        size = self.seen.numel()
         merged = ShardAudit(
             self.dataset_length, allowed_padding=self.allowed_padding, allowed_missing=self.allowed_missing
         )
-        for bitmap in bitmaps:
-            part = ShardAudit(self.dataset_length)
-            part.seen, part.repeated = bitmap[:size].cpu(), bitmap[size:].cpu()
-            merged = merged.merge(part)
+        if not is_distributed():
+            return self.merge(merged)
+        device = communication_device()
+        self._check_same_length(device, group)
+        dtype = count_dtype(dist.get_world_size(group))
+        for start in range(0, self.seen.numel(), _COUNT_CHUNK // 8):
+            part = slice(start, start + _COUNT_CHUNK // 8)
+            counts = _states(self.seen[part], self.repeated[part]).to(device=device, dtype=dtype)
+            dist.all_reduce(counts, group=group)
+            counts = counts.cpu()
+            merged.seen[part], merged.repeated[part] = _pack(counts >= 1), _pack(counts >= 2)
+        records = torch.tensor([self.records], dtype=torch.int64, device=device)
+        dist.all_reduce(records, group=group)
         merged.records = int(records.item())
         return merged
+
+    def _check_same_length(self, device: torch.device, group: Any) -> None:
+        """Refuse, on every process, audits of different lengths (their all-reduces would not pair)."""
+        bounds = torch.tensor([self.dataset_length, -self.dataset_length], dtype=torch.int64, device=device)
+        dist.all_reduce(bounds, op=dist.ReduceOp.MAX, group=group)
+        longest, shortest = int(bounds[0]), -int(bounds[1])
+        if longest != shortest:
+            raise ValueError(
+                f"`ShardAudit.gather` got audits of `dataset_length` from {shortest} to {longest} on the "
+                f"processes (this one: {self.dataset_length}). Audit the same dataset on every process."
+            )
 
     def to_state(self) -> dict[str, Any]:
         """The records as plain data (the bitmaps base64-encoded): ``len(dataset) / 4`` bytes and a count."""
@@ -339,6 +359,27 @@ def _popcount(bitmap: torch.Tensor) -> int:
     for start in range(0, bitmap.numel(), _CHUNK_BYTES):
         total += int(_POPCOUNT[bitmap[start : start + _CHUNK_BYTES].long()].sum())
     return total
+
+
+def count_dtype(num_processes: int) -> torch.dtype:
+    """The narrowest type that sums ``num_processes`` sample states of at most 2 (NCCL has no int16)."""
+    fits = [dtype for dtype in (torch.uint8, torch.int32) if 2 * num_processes <= torch.iinfo(dtype).max]
+    return fits[0] if fits else torch.int64
+
+
+def _states(seen: torch.Tensor, repeated: torch.Tensor) -> torch.Tensor:
+    """Each sample's state, 0 (unseen), 1 (seen once) or 2 (repeated), from the bitmaps' bytes."""
+    return _unpack(seen) + _unpack(repeated)
+
+
+def _unpack(bitmap: torch.Tensor) -> torch.Tensor:
+    """One ``uint8`` 0 or 1 per bit, sample ``8 * byte + bit`` at that position."""
+    return ((bitmap.unsqueeze(1) >> _BITS) & 1).reshape(-1)
+
+
+def _pack(bits: torch.Tensor) -> torch.Tensor:
+    """The bitmap of a boolean per sample (its length a multiple of 8), ``_unpack``'s inverse."""
+    return (bits.reshape(-1, 8).to(torch.uint8) << _BITS).sum(dim=1, dtype=torch.uint8)
 
 
 def _masks(indices: torch.Tensor) -> torch.Tensor:

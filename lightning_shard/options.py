@@ -95,6 +95,15 @@ class ShardOptions:
         "dataset can give every process a shard, else stride (rank 0 says why).",
     )
 
+    scalable_shuffle: bool = _option(
+        False,
+        "Shuffle with a keyed permutation of `(data_seed, epoch)` that each process evaluates only at its own "
+        "positions: `O(n / N)` time and `O(batch)` memory per epoch instead of a whole `randperm` on every "
+        'process (docs/DESIGN.md, "Scale"). A different order from `RandomSampler`\'s; for a loader with '
+        "`shuffle=True` (a plain `RandomSampler`, no `generator`); sequential loaders are left as they are. "
+        "Takes precedence over `use_seedable_sampler`.",
+    )
+
     def __post_init__(self) -> None:
         for name in _FLAGS:
             check_bool(name, getattr(self, name))
@@ -177,6 +186,7 @@ _FLAGS = (
     "use_seedable_sampler",
     "non_blocking",
     "use_stateful_dataloader",
+    "scalable_shuffle",
 )
 
 

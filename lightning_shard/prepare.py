@@ -31,7 +31,7 @@ from lightning_shard.sampling.native_stream import (
     split_among_workers,
     splits_by_rank,
 )
-from lightning_shard.sampling.samplers import SampleShard, SeedableRandomSampler
+from lightning_shard.sampling.samplers import SampleShard, SeedableRandomSampler, scalable_batch_sampler
 
 
 def prepare_data_loader(
@@ -51,6 +51,7 @@ def prepare_data_loader(
     use_stateful_dataloader: bool = False,
     torch_device_mesh: Any = None,
     iterable_sharding: str = "auto",
+    scalable_shuffle: bool = False,
 ) -> DataLoaderShard | DataLoaderDispatcher:
     """Wrap ``dataloader`` so this process yields only its part of every global batch.
 
@@ -206,6 +207,8 @@ def _with_own_generator(sampler: RandomSampler, options: ShardOptions) -> Random
 
 def _rebuilt_batch_sampler(batch_sampler: Any, options: ShardOptions) -> Any:
     """The user's batch sampler, with a recorded random order; the user's objects are not mutated."""
+    if options.scalable_shuffle:
+        return scalable_batch_sampler(batch_sampler, options.data_seed)
     sampler = getattr(batch_sampler, "sampler", None)
     if type(batch_sampler) is not BatchSampler or not isinstance(sampler, RandomSampler):
         return batch_sampler

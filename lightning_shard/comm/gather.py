@@ -3,20 +3,41 @@
 Tensor trees of one structure on every process are gathered leaf by leaf with tensor collectives (rows
 may differ per process); anything else (strings, lists of dicts, trees that differ per process) is
 gathered as objects and merged: lists concatenated, dicts merged key by key, tensors concatenated.
-One small object collective first compares the structures, so a tree that differs on some process can
-never pair mismatched tensor collectives (docs/DESIGN.md, "Exact evaluation").
+
+The tensor path is vectorised, so its Python work does not grow with the number of processes
+(docs/DESIGN.md, "Scale"): one all-gather of a four-number header per process (a hash of the
+structure, whether it is all tensors, its rows, whether every leaf has as many), read back in one
+device-to-host copy; a second small all-gather of per-leaf rows only when a tree's leaves differ in
+rows; then one padded all-gather into a single tensor per leaf, cut by one index. The header is
+compared before any leaf is gathered, so a tree that differs on some process can never pair mismatched
+tensor collectives (docs/DESIGN.md, "Exact evaluation").
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from lightning_shard.comm.collectives import is_distributed
+from lightning_shard.comm.collectives import communication_device, is_distributed
 from lightning_shard.comm.tree import Node, flatten, is_tensor_tree, map_leaves, unflatten
+
+_HASH, _TENSORS, _ROWS, _UNIFORM = range(4)
+_NATIVE = (
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.uint8,
+    torch.int8,
+    torch.int32,
+    torch.int64,
+)
+"""Dtypes both gloo and NCCL all-gather as they are; others travel as bytes."""
 
 
 def gather_in_process_order(data: Any, sources: Sequence[int] | None = None) -> Any:
@@ -32,13 +53,89 @@ def gather_in_process_order(data: Any, sources: Sequence[int] | None = None) -> 
     """
     if not is_distributed() or dist.get_world_size() == 1:
         return data
-    signatures: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(signatures, _signature(data))
-    if is_tensor_tree(data) and all(signature == signatures[0] for signature in signatures):
-        return map_leaves(lambda tensor: _gather_tensor(tensor, sources), data)
-    parts: list[Any] = [None] * len(signatures)
-    dist.all_gather_object(parts, _to_cpu(data))
-    return merge_parts(_kept(parts, sources))
+    node, leaves = flatten(data)
+    tensors = is_tensor_tree(data)
+    header = _all_gather_rows(_header(node, leaves, tensors), communication_device()).cpu()
+    # NOTE: one reduction gives every column's range: equal hashes, all tensors, equal rows, all uniform.
+    low, high = (values.tolist() for values in header.aminmax(dim=0))
+    if low[_HASH] != high[_HASH] or not low[_TENSORS]:
+        parts: list[Any] = [None] * header.shape[0]
+        dist.all_gather_object(parts, _to_cpu(data))
+        return merge_parts(_kept(parts, sources))
+    if low[_UNIFORM] and low[_ROWS] == high[_ROWS] and sources is None:
+        gathered = [_gather_equal(leaf) for leaf in leaves]
+    else:
+        rows = _leaf_rows(leaves, header, bool(low[_UNIFORM]))
+        gathered = [_gather_leaf(leaf, rows[:, column], sources) for column, leaf in enumerate(leaves)]
+    return unflatten(node, gathered)
+
+
+def _header(node: Node, leaves: list[Any], tensors: bool) -> torch.Tensor:
+    """This process's ``[hash, tensors, rows, uniform]``: what must agree, and the rows if one count."""
+    counts = [_rows(leaf) for leaf in leaves] if tensors else [0]
+    digest = hashlib.blake2b(repr(_signature_of(node, leaves)).encode(), digest_size=8).digest()
+    signature = int.from_bytes(digest, "little", signed=True)
+    uniform = counts.count(counts[0]) == len(counts)
+    return torch.tensor([signature, int(tensors), counts[0], int(uniform)], dtype=torch.int64)
+
+
+def _rows(leaf: torch.Tensor) -> int:
+    return int(leaf.shape[0]) if leaf.dim() else 1
+
+
+def _leaf_rows(leaves: list[torch.Tensor], header: torch.Tensor, uniform: bool) -> torch.Tensor:
+    """``[N, leaves]`` rows of each leaf on each process: from the header when every process's leaves
+    agree in rows, else from one more small all-gather (the same decision everywhere: the header is)."""
+    if uniform:
+        return header[:, _ROWS : _ROWS + 1].expand(-1, len(leaves))
+    local = torch.tensor([_rows(leaf) for leaf in leaves], dtype=torch.int64)
+    return _all_gather_rows(local, communication_device()).cpu()
+
+
+def _all_gather_rows(local: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``[N, *local.shape]``: every process's ``local`` (equally shaped), in rank order."""
+    local = local.to(device).contiguous()
+    world = dist.get_world_size()
+    # NOTE: the concatenated form (`[N * rows, ...]`); gloo refuses the stacked one.
+    out = local.new_empty((world * local.shape[0], *local.shape[1:]))
+    _all_gather_single(out, local)
+    return out.view(world, *local.shape)
+
+
+def _all_gather_single(out: torch.Tensor, local: torch.Tensor) -> None:
+    # NOTE: `all_gather_single` replaces the deprecated `all_gather_into_tensor` from torch 2.12 on.
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather(out, local)
+
+
+def _gather_equal(leaf: torch.Tensor) -> torch.Tensor:
+    """``leaf`` of every process when all have as many rows: one all-gather, nothing to cut."""
+    return _all_gather_leaf(leaf.reshape(1) if leaf.dim() == 0 else leaf)
+
+
+def _all_gather_leaf(leaf: torch.Tensor) -> torch.Tensor:
+    """``[N * rows, ...]``: every process's ``leaf`` (equally shaped), as bytes if the backends need it."""
+    if leaf.dtype not in _NATIVE:
+        return _from_bytes(_all_gather_rows(_as_bytes(leaf), leaf.device), leaf)
+    return _all_gather_rows(leaf, leaf.device).view(-1, *leaf.shape[1:])
+
+
+def _gather_leaf(leaf: torch.Tensor, rows: torch.Tensor, sources: Sequence[int] | None) -> torch.Tensor:
+    """``leaf`` of every process (of ``sources``), concatenated along dimension 0 (a scalar is one row).
+
+    ``rows`` (on the CPU) holds each process's row count: each process pads to the longest, one
+    all-gather fills an ``[N * longest, ...]`` tensor, and one index keeps the real rows in order.
+    """
+    leaf = leaf.reshape(1) if leaf.dim() == 0 else leaf
+    longest = int(rows.max())
+    if leaf.shape[0] < longest:
+        leaf = torch.cat([leaf, leaf.new_zeros((longest - leaf.shape[0], *leaf.shape[1:]))])
+    padded = _all_gather_leaf(leaf)
+    ranks = torch.arange(rows.shape[0]) if sources is None else torch.tensor(list(sources), dtype=torch.int64)
+    kept = rows[ranks]
+    offsets = torch.arange(longest)
+    index = (ranks[:, None] * longest + offsets)[offsets < kept[:, None]]
+    return padded.index_select(0, index.to(padded.device))
 
 
 def _kept(parts: list[Any], sources: Sequence[int] | None) -> list[Any]:
@@ -88,9 +185,22 @@ def rows_of(data: Any) -> int | None:
     return None
 
 
-def _signature(data: Any) -> Any:
-    """What must agree across processes to gather ``data`` leaf by leaf: structure, dtypes, trailing shapes."""
-    node, leaves = flatten(data)
+def _as_bytes(leaf: torch.Tensor) -> torch.Tensor:
+    """``leaf``'s rows as raw bytes, ``[rows, row bytes]``: gloo gathers no bool or int16, bytes it does."""
+    width = leaf.element_size() * math.prod(leaf.shape[1:])
+    return leaf.contiguous().view(torch.uint8).reshape(leaf.shape[0], width)
+
+
+def _from_bytes(gathered: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``[N, rows, row bytes]`` back to ``[N * rows, *like.shape[1:]]`` of ``like``'s dtype."""
+    total = gathered.shape[0] * gathered.shape[1]
+    if not gathered.shape[-1]:
+        return like.new_empty((total, *like.shape[1:]))
+    return gathered.reshape(total, gathered.shape[-1]).view(like.dtype).reshape(total, *like.shape[1:])
+
+
+def _signature_of(node: Node, leaves: list[Any]) -> Any:
+    """What must agree across processes to gather leaf by leaf: structure, dtypes, trailing shapes."""
     return (_shape_of(node), tuple(_leaf_signature(leaf) for leaf in leaves))
 
 
@@ -112,23 +222,3 @@ def _to_cpu(data: Any) -> Any:
     if not any(isinstance(leaf, torch.Tensor) for leaf in leaves):
         return data
     return unflatten(node, [leaf.cpu() if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves])
-
-
-def _gather_tensor(tensor: torch.Tensor, sources: Sequence[int] | None) -> torch.Tensor:
-    """``tensor`` of every process (of ``sources``), concatenated along dimension 0 (a scalar is one row)."""
-    tensor = tensor.reshape(1) if tensor.dim() == 0 else tensor
-    sizes = _all_gather_equal(torch.tensor([tensor.shape[0]], device=tensor.device))
-    longest = int(max(sizes).item())
-    padded = tensor
-    if tensor.shape[0] < longest:
-        filler = tensor.new_zeros((longest - tensor.shape[0], *tensor.shape[1:]))
-        padded = torch.cat([tensor, filler])
-    parts = _all_gather_equal(padded.contiguous())
-    kept = zip(_kept(parts, sources), _kept(sizes, sources), strict=True)
-    return torch.cat([part[: int(size.item())] for part, size in kept])
-
-
-def _all_gather_equal(tensor: torch.Tensor) -> list[torch.Tensor]:
-    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, tensor)
-    return parts

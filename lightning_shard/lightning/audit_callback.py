@@ -129,8 +129,8 @@ class ShardAuditCallback(Callback):
     """Audits every training epoch: samples covered, duplicates beyond the padding, samples missing.
 
     At each epoch's end the processes merge their records (``ShardAudit.gather``, a collective) and rank
-    0 logs one line. Each process keeps two bitmaps of ``len(dataset) / 8`` bytes, and receives every
-    process's for the merge. Only map-style datasets with a length and a fixed batch size (indices to
+    0 logs one line. Each process keeps two bitmaps of ``len(dataset) / 8`` bytes; the merge sums compact
+    per-sample counts, so it costs no more with more processes. Only map-style datasets with a length and a fixed batch size (indices to
     record, counts to expect) and a single training loader are audited; otherwise rank 0 says why not.
 
     Args:

@@ -37,7 +37,8 @@ class ShardFabricStrategy(DDPStrategy):
 
     Keyword arguments: the loader options (``split_batches``, ``even_batches``, ``dispatch_batches``,
     ``put_on_device``, ``rng_types``, ``use_seedable_sampler``, ``data_seed``, ``non_blocking``,
-    ``use_stateful_dataloader``, ``slice_fn_for_dispatch``, ``iterable_sharding``) are the fields of
+    ``use_stateful_dataloader``, ``slice_fn_for_dispatch``, ``iterable_sharding``, ``scalable_shuffle``)
+    are the fields of
     ``ShardOptions``, documented there and in the options table. ``rng_types`` defaults to
     ``("generator",)`` here.
 
@@ -68,6 +69,7 @@ class ShardFabricStrategy(DDPStrategy):
         use_stateful_dataloader: bool = False,
         slice_fn_for_dispatch: Callable[..., Any] | None = None,
         iterable_sharding: str = "auto",
+        scalable_shuffle: bool = False,
         **kwargs: Any,
     ) -> None:
         options = locals()

@@ -29,7 +29,8 @@ class ShardModelParallelStrategy(ShardingMixin, ModelParallelStrategy):
 
     Keyword arguments: the loader options (``split_batches``, ``even_batches``, ``dispatch_batches``,
     ``put_on_device``, ``rng_types``, ``use_seedable_sampler``, ``data_seed``, ``non_blocking``,
-    ``use_stateful_dataloader``, ``slice_fn_for_dispatch``, ``iterable_sharding``) are the fields of
+    ``use_stateful_dataloader``, ``slice_fn_for_dispatch``, ``iterable_sharding``, ``scalable_shuffle``)
+    are the fields of
     ``ShardOptions``, and the strategy options (``step_scheduler_with_optimizer``, ``audit``,
     ``audit_raise``, ``gather_predictions``) those of ``StrategyOptions``; the options table documents
     both. ``rng_types`` defaults to ``("generator",)`` here.
@@ -66,6 +67,7 @@ class ShardModelParallelStrategy(ShardingMixin, ModelParallelStrategy):
         use_stateful_dataloader: bool = False,
         slice_fn_for_dispatch: Callable[..., Any] | None = None,
         iterable_sharding: str = "auto",
+        scalable_shuffle: bool = False,
         step_scheduler_with_optimizer: bool = True,
         audit: bool = False,
         audit_raise: bool = False,

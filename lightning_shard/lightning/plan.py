@@ -12,6 +12,7 @@ from lightning_shard.lightning.stages import ShardLoader
 from lightning_shard.loaders.position import ShardingInfo
 from lightning_shard.loaders.streams import describe_stream
 from lightning_shard.sampling.balance import is_balanced
+from lightning_shard.sampling.samplers import ScalableRandomSampler
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class ShardPlan:
         short_schedulers: step schedulers whose schedule ends before the fit stops stepping them.
         mode: ``"shard"`` (each process loads its part) or ``"dispatch"`` (process 0 loads).
         stream: how an iterable dataset is split and how uneven ends are handled (``None``: map-style).
+        scalable_shuffle: whether the order is ``scalable_shuffle``'s keyed permutation (not
+            ``RandomSampler``'s).
     """
 
     num_processes: int
@@ -46,6 +49,7 @@ class ShardPlan:
     mode: str
     short_schedulers: tuple[str, ...] = ()
     stream: str | None = None
+    scalable_shuffle: bool = False
 
     def __str__(self) -> str:
         steps = "an unknown number of" if self.steps_per_epoch is None else str(self.steps_per_epoch)
@@ -66,6 +70,11 @@ class ShardPlan:
             f"steps per epoch{padding}{dropped}, {self.scheduler_scaling}"
             + "".join(f" (WARNING: {short}: it ends early)" for short in self.short_schedulers)
             + (f"; stream: {self.stream}" if self.stream else "")
+            + (
+                "; scalable shuffle: keyed order of (data_seed, epoch), not RandomSampler's"
+                if self.scalable_shuffle
+                else ""
+            )
         )
 
 
@@ -107,6 +116,7 @@ def plan_for(
         mode=state.mode,
         short_schedulers=tuple(short.describe() for short in short_schedulers or ()),
         stream=describe_stream(loader),
+        scalable_shuffle=state.sampler == ScalableRandomSampler.__name__,
     )
 
 

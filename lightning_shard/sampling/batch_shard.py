@@ -7,6 +7,7 @@ import math
 from collections.abc import Iterable, Iterator, Sized
 from typing import Any
 
+import torch
 from torch.utils.data import BatchSampler
 
 from lightning_shard._checks import check_num_processes, check_process_index, check_split_batch_size
@@ -160,8 +161,10 @@ class BatchSamplerShard(BatchSampler):
     ) -> Iterator[list[int]]:
         order = draw()
         offset = min(consumed * layout.batch_size, layout.length)
-        rest = None if order is None else order[offset:]
-        yield from layout.skip(offset).iter_batches(rest, start, offset=offset if order is None else 0)
+        if isinstance(order, torch.Tensor):
+            yield from layout.skip(offset).iter_batches(order[offset:], start)
+        else:  # NOTE: the identity, or a keyed order: both are evaluated at positions from `offset` on.
+            yield from layout.skip(offset).iter_batches(order, start, offset=offset)
         finish()
 
     def _iter_generic(self, source: Iterable[Any] | None = None, consumed: int = 0) -> Iterator[list[int]]:

@@ -1,7 +1,8 @@
 """Vectorised index path (docs/DESIGN.md, "Fast index path"): one process's batches by arithmetic on the epoch's order.
 
 For a plain ``BatchSampler`` over a standard sampler, the epoch's order is one tensor (``arange`` or
-the ``randperm`` the sampler itself would draw). The global batches are consecutive slices of it, so a
+the ``randperm`` the sampler itself would draw), or, for a ``ScalableRandomSampler``, a
+``KeyedPermutation`` evaluated only at this process's positions (docs/DESIGN.md, "Scale"). The global batches are consecutive slices of it, so a
 process's batches are a strided view, plus at most one tail batch built from the end-of-epoch padding
 rule: the order continues with the start of the epoch (the first ``N`` batches, or the first batch
 with ``split_batches``), cycled as often as needed.
@@ -17,9 +18,15 @@ import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
 from lightning_shard.sampling.balance import EvenBatches, chunk, is_balanced, tail_steps
-from lightning_shard.sampling.samplers import SeedableRandomSampler
+from lightning_shard.sampling.permutation import KeyedPermutation
+from lightning_shard.sampling.samplers import ScalableRandomSampler, SeedableRandomSampler
 
 _CHUNK_ROWS = 1024
+_CHUNK_POSITIONS = 1 << 16
+"""Positions of a keyed order computed at once: its memory is ``O(batch)``, not ``O(epoch)``."""
+
+Order = torch.Tensor | KeyedPermutation | None
+"""An epoch's order: a tensor, a permutation evaluated at positions, or ``None`` (the identity)."""
 
 
 @dataclass(frozen=True)
@@ -102,24 +109,42 @@ class ShardLayout:
         """Exactly how many batches this process yields in the epoch."""
         return self.row_geometry()[0] + (self.tail_span() is not None)
 
-    def iter_batches(
-        self, order: torch.Tensor | None, start: int = 0, offset: int = 0
-    ) -> Iterator[list[int]]:
+    def iter_batches(self, order: Order, start: int = 0, offset: int = 0) -> Iterator[list[int]]:
         """Yield this process's batches from batch ``start`` on, as lists of ints.
 
-        ``order`` is the epoch's order; ``None`` means the identity shifted by ``offset`` (a sequential
-        sampler), computed with ranges instead of tensors.
+        ``order`` is the epoch's order (a tensor, from this layout's position 0); ``None`` means the
+        identity shifted by ``offset`` (a sequential sampler), computed with ranges instead of tensors; a
+        ``KeyedPermutation`` is evaluated at this process's positions shifted by ``offset``.
         """
         rows = self.row_geometry()[0]
         if order is None:
             yield from self._identity_rows(start, offset)
+        elif isinstance(order, KeyedPermutation):
+            yield from self._keyed_rows(order, start, offset)
         else:
             main = self.main_rows(order)
             for first in range(start, rows, _CHUNK_ROWS):
                 yield from main[first : first + _CHUNK_ROWS].tolist()
         tail = self.tail_positions()
         if tail is not None and start <= rows:
-            yield [offset + p for p in tail] if order is None else order[tail].tolist()
+            yield self._tail_batch(order, tail, offset)
+
+    @staticmethod
+    def _tail_batch(order: Order, tail: list[int], offset: int) -> list[int]:
+        if order is None:
+            return [offset + p for p in tail]
+        if isinstance(order, KeyedPermutation):
+            return order.at(torch.tensor(tail, dtype=torch.int64) + offset).tolist()
+        return order[tail].tolist()
+
+    def _keyed_rows(self, order: KeyedPermutation, start: int, offset: int) -> Iterator[list[int]]:
+        """The unpadded batches from ``start`` on, computing only their positions' values, a chunk at a time."""
+        rows, first, stride, width = self.row_geometry()
+        columns = torch.arange(width, dtype=torch.int64) + offset + first
+        chunk_rows = max(_CHUNK_POSITIONS // max(width, 1), 1)
+        for begin in range(start, rows, chunk_rows):
+            row_starts = torch.arange(begin, min(begin + chunk_rows, rows), dtype=torch.int64) * stride
+            yield from order.at(row_starts[:, None] + columns).tolist()
 
     def _identity_rows(self, start: int, offset: int) -> Iterator[list[int]]:
         rows, first, stride, width = self.row_geometry()
@@ -164,7 +189,7 @@ def _finish_random(sampler: RandomSampler) -> Callable[[], None]:
 class EpochOrder:
     """How to draw an epoch's order for a sampler with a fast path, and how to finish the epoch."""
 
-    draw: Callable[[], torch.Tensor | None]
+    draw: Callable[[], Order]
     finish: Callable[[], None]
 
 
@@ -173,6 +198,8 @@ def fast_epoch_order(batch_sampler: object) -> EpochOrder | None:
     if type(batch_sampler) is not BatchSampler:
         return None
     sampler: Any = batch_sampler.sampler
+    if type(sampler) is ScalableRandomSampler:
+        return EpochOrder(sampler.order, lambda: None)
     if type(sampler) is SequentialSampler:
         return EpochOrder(_identity_order, lambda: None)
     if type(sampler) in (RandomSampler, SeedableRandomSampler):

@@ -7,11 +7,14 @@ from collections.abc import Iterator, Sized
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, RandomSampler
+from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
 from lightning_shard._checks import check_non_negative, check_seed
 from lightning_shard.sampling.epochs import forward_epoch
 from lightning_shard.sampling.index_source import SeekableBatchSampler
+from lightning_shard.sampling.permutation import KeyedPermutation
+
+_CHUNK_POSITIONS = 1 << 16
 
 
 class SeedableRandomSampler(RandomSampler):
@@ -67,6 +70,75 @@ class SeedableRandomSampler(RandomSampler):
     def set_epoch(self, epoch: int) -> None:
         """Select the permutation of ``epoch``; never changed by iterating."""
         self.epoch = epoch
+
+
+class ScalableRandomSampler(SeedableRandomSampler):
+    """A shuffle whose index at any position is computed alone: ``scalable_shuffle=True``.
+
+    The order of epoch ``e`` is ``KeyedPermutation(len(data_source), data_seed, e)``, a keyed bijection
+    of ``[0, n)`` (``sampling/permutation.py``), so a sharded process computes only its own positions:
+    ``O(n / N)`` time and ``O(batch)`` memory per epoch instead of a whole ``randperm`` (docs/DESIGN.md,
+    "Scale"). As for ``SeedableRandomSampler``, only ``set_epoch`` changes the epoch and a resume is a
+    position; the order differs from ``RandomSampler``'s. It draws from no generator.
+
+    Args:
+        data_source: the dataset to shuffle.
+        data_seed: the key; defaults to ``torch.initial_seed()`` when ``None``.
+
+    Raises:
+        TypeError: if ``data_seed`` is not an integer.
+    """
+
+    def __init__(self, data_source: Sized, *, data_seed: int | None = None) -> None:
+        super().__init__(data_source, data_seed=data_seed)
+        # NOTE: no generator, so none is synchronised across processes each epoch: the key is the seed.
+        self.generator = None
+
+    def order(self) -> KeyedPermutation:
+        """The permutation of the current epoch, to evaluate at positions."""
+        return KeyedPermutation(len(self.data_source), self.initial_seed, self.epoch)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[int]:
+        order, length = self.order(), len(self.data_source)  # type: ignore[arg-type]
+        for start in range(0, length, _CHUNK_POSITIONS):
+            yield from order.at(torch.arange(start, min(start + _CHUNK_POSITIONS, length))).tolist()
+
+
+def scalable_batch_sampler(batch_sampler: Any, data_seed: int | None) -> Any:
+    """``batch_sampler`` with its ``RandomSampler`` replaced by a ``ScalableRandomSampler`` (a copy:
+    the user's objects are not changed); a sequential one, which shuffles nothing, as it is.
+
+    Raises:
+        ValueError: for what a keyed order cannot serve: a batch sampler that is not a plain
+            ``BatchSampler``, a sampler that is not a plain ``RandomSampler``, a ``generator``, sampling
+            with replacement or ``num_samples``.
+    """
+    sampler = getattr(batch_sampler, "sampler", None)
+    if type(sampler) is SequentialSampler or type(sampler) is ScalableRandomSampler:
+        return batch_sampler
+    if type(batch_sampler) is not BatchSampler or type(sampler) is not RandomSampler:
+        shown = (
+            type(sampler).__name__ if type(batch_sampler) is BatchSampler else type(batch_sampler).__name__
+        )
+        raise ValueError(
+            f"`scalable_shuffle=True` replaces a plain `RandomSampler` (`shuffle=True`) in a plain `BatchSampler`, "
+            f"but this loader's order comes from a `{shown}`, whose order it cannot compute position by "
+            "position. Build the loader with `shuffle=True` and `batch_size=...`, or set `scalable_shuffle=False`."
+        )
+    if sampler.generator is not None:
+        raise ValueError(
+            "`scalable_shuffle=True` draws each epoch's order from `(data_seed, epoch)`, but this loader's "
+            "`RandomSampler` has a `generator` of its own, whose draws would be ignored. Drop the `generator` "
+            "(pass `data_seed=...` to choose the order), or set `scalable_shuffle=False`."
+        )
+    if sampler.replacement or sampler._num_samples is not None:
+        raise ValueError(
+            f"`scalable_shuffle=True` shuffles every sample once per epoch, but this `RandomSampler` has "
+            f"`replacement={sampler.replacement}` and `num_samples={sampler._num_samples}`. Use "
+            "`RandomSampler(dataset)` (`shuffle=True`), or set `scalable_shuffle=False`."
+        )
+    scalable = ScalableRandomSampler(sampler.data_source, data_seed=data_seed)
+    return BatchSampler(scalable, batch_sampler.batch_size, batch_sampler.drop_last)
 
 
 class BatchSamplerWrapper(BatchSampler):

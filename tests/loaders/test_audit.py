@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from lightning_shard import BatchSamplerShard, DataLoaderShard, prepare_data_loader
+from lightning_shard import audit as audit_module
 from lightning_shard.audit import ShardAudit, expected_padding_and_missing
 from tests.helpers.datasets import IdMap, IdStream
 from tests.helpers.dist import run_distributed
@@ -252,3 +253,62 @@ def test_audit_across_two_processes() -> None:
         "padding), 9 missing (0 allowed by drop_last): PROBLEM: 2 duplicates beyond the padding (e.g. 9, 13); "
         "9 missing samples (e.g. 2, 3, 6, 7, 11)",
     }
+
+
+# -- the merge at scale: compact counts, not every process's bitmaps ------------------------------
+def _chunked_records(rank: int) -> list[int]:
+    """Records on both sides of the first all-reduce chunk's end, overlapping between the processes."""
+    edge = audit_module._COUNT_CHUNK
+    mine = [edge - 3, edge - 2, edge, edge + 5, 7, 7] if rank == 0 else [edge - 2, edge + 5, edge + 9, 8]
+    return [*mine, *range(rank, 64, 3)]
+
+
+def gather_runs(rank: int, world_size: int) -> dict[str, Any]:
+    length = audit_module._COUNT_CHUNK + 100  # two all-reduces, the second short
+    audit = ShardAudit(length, allowed_padding=1)
+    audit.record_indices(_chunked_records(rank))
+    gathered = audit.gather()
+    results: dict[str, Any] = {"report": gathered.report(), "state": gathered.to_state()}
+    try:
+        ShardAudit(10 + rank).gather()
+    except ValueError as error:
+        results["lengths"] = str(error)
+    return results
+
+
+@pytest.mark.dist
+def test_gather_sums_compact_counts_exactly_across_chunks() -> None:
+    results = run_distributed(gather_runs, 2, timeout=120)
+    assert results[0]["report"] == results[1]["report"] and results[0]["state"] == results[1]["state"]
+    length = audit_module._COUNT_CHUNK + 100
+    oracle = ShardAudit(length, allowed_padding=1)
+    for rank in range(2):
+        part = ShardAudit(length)
+        part.record_indices(_chunked_records(rank))
+        oracle = oracle.merge(part)
+    assert results[0]["report"] == oracle.report()
+    assert results[0]["state"] == oracle.to_state(), "the same bitmaps as merging the processes' audits"
+    counts = Counter(index for rank in range(2) for index in _chunked_records(rank))
+    assert results[0]["report"].repeated == sum(1 for count in counts.values() if count > 1)
+    for rank in range(2):  # refused on every process, so none is left waiting in a collective
+        assert "`dataset_length` from 10 to 11" in results[rank]["lengths"]
+        assert f"(this one: {10 + rank})" in results[rank]["lengths"]
+
+
+def test_counts_fit_their_type_at_any_number_of_processes() -> None:
+    for processes in (1, 2, 127, 128, 16_384, 1 << 30):
+        dtype = audit_module.count_dtype(processes)
+        assert 2 * processes <= torch.iinfo(dtype).max
+    assert audit_module.count_dtype(127) == torch.uint8 and audit_module.count_dtype(128) == torch.int32
+
+
+def test_states_pack_back_into_the_bitmaps() -> None:
+    audit = ShardAudit(37)
+    audit.record_indices([0, 3, 3, 9, 36, 36, 36, 20])
+    states = audit_module._states(audit.seen, audit.repeated)
+    assert (
+        states[:37].tolist() == [{0: 1, 3: 2, 9: 1, 36: 2, 20: 1}.get(index, 0) for index in range(37)]
+        and not states[37:].any()
+    )
+    assert torch.equal(audit_module._pack(states >= 1), audit.seen)
+    assert torch.equal(audit_module._pack(states >= 2), audit.repeated)

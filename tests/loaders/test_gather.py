@@ -29,6 +29,21 @@ def _gathered(rank: int, world_size: int) -> dict[str, Any]:
     out["widths"] = [list(part.shape) for part in widths] if isinstance(widths, list) else list(widths.shape)
     out["sources"] = gather_in_process_order(ids, sources=[1]).tolist()
     out["sources_objects"] = gather_in_process_order(f"rank{rank}", sources=[1])
+    out.update(_vectorised_cases(rank, ids))
+    return out
+
+
+def _vectorised_cases(rank: int, ids: torch.Tensor) -> dict[str, Any]:
+    """The tensor path's corners: leaves of different rows, an empty part, reordered sources, dtypes."""
+    out: dict[str, Any] = {}
+    mixed = gather_in_process_order((ids, torch.full((4 - rank, 2), rank), torch.tensor(rank > 0)))
+    out["mixed_rows"] = [type(mixed).__name__, *(part.tolist() for part in mixed)]
+    empty = torch.arange(rank * 3, dtype=torch.int16).reshape(-1, 1)  # no rows on rank 0
+    out["empty"] = [gathered := gather_in_process_order(empty), gathered.dtype][0].tolist()
+    out["reordered"] = gather_in_process_order(ids, sources=[1, 0]).tolist()
+    out["reordered_tree"] = gather_in_process_order({"m": ids[:, None] > 3}, sources=[1, 0])["m"].tolist()
+    dtypes = gather_in_process_order(ids.to(torch.int32 if rank else torch.int64))  # differ: objects
+    out["dtypes"] = [str(dtypes.dtype), dtypes.tolist()]
     return out
 
 
@@ -46,6 +61,11 @@ def test_anything_comes_back_in_process_order() -> None:
     assert first["sources"] == [3, 4, 5] and first["sources_objects"] == ["rank1"], (
         "only the kept ranks' parts"
     )
+    assert first["mixed_rows"] == ["tuple", [0, 1, 3, 4, 5], [[0, 0]] * 4 + [[1, 1]] * 3, [False, True]]
+    assert first["empty"] == [[0], [1], [2]]
+    assert first["reordered"] == [3, 4, 5, 0, 1]
+    assert first["reordered_tree"] == [[False], [True], [True], [False], [False]]
+    assert first["dtypes"] == ["torch.int64", [0, 1, 3, 4, 5]], "objects, concatenated as `torch.cat` does"
 
 
 def test_merging_and_cutting_without_a_group() -> None:
@@ -58,3 +78,28 @@ def test_merging_and_cutting_without_a_group() -> None:
     assert merge_parts(["x", "y"]) == ["x", "y"]
     assert keep_rows({"a": [1, 2, 3], "b": torch.arange(3)}, slice(0, 2))["a"] == [1, 2]
     assert rows_of({"a": [1, 2, 3], "b": torch.arange(3)}) == 3 and rows_of("x") is None
+
+
+def test_the_header_tells_what_must_agree() -> None:
+    """Same structure, dtypes and trailing shapes: the same hash, whatever the rows; otherwise another."""
+    from lightning_shard.comm import gather
+    from lightning_shard.comm.tree import flatten
+
+    def header(data: Any) -> list[int]:
+        from lightning_shard.comm.tree import is_tensor_tree
+
+        node, leaves = flatten(data)
+        return gather._header(node, leaves, is_tensor_tree(data)).tolist()
+
+    base = header({"x": torch.zeros(3, 2), "y": torch.zeros(3)})
+    assert base[1:] == [1, 3, 1] and header({"x": torch.ones(5, 2), "y": torch.ones(5)})[0] == base[0]
+    assert header({"x": torch.zeros(3, 2), "y": torch.zeros(4)})[2:] == [3, 0], "rows differ between leaves"
+    for other in (
+        {"x": torch.zeros(3, 3), "y": torch.zeros(3)},
+        {"x": torch.zeros(3, 2, dtype=torch.int64), "y": torch.zeros(3)},
+        {"z": torch.zeros(3, 2), "y": torch.zeros(3)},
+        {"x": torch.zeros(3, 2), "y": torch.zeros(())},
+        (torch.zeros(3, 2), torch.zeros(3)),
+    ):
+        assert header(other)[0] != base[0], other
+    assert header(["a", "b"])[1] == 0 and header({"x": torch.zeros(1), "n": 3})[1] == 0

@@ -1,0 +1,94 @@
+"""``KeyedPermutation``: a pseudo-random permutation of ``[0, n)`` that can be evaluated at any position.
+
+A Feistel network on ``b`` bits (``2^(b-1) < n <= 2^b``), split into a high part of ``b // 2`` bits and
+a low part of the rest, each round xoring one part with a keyed hash of the other, is a bijection of
+``[0, 2^b)`` whatever its round function; cycle-walking (apply it again while the value is ``>= n``)
+restricts it to a bijection of ``[0, n)``, and ``2^b < 2n`` makes walks short (under 2 passes on
+average). The round keys come from ``(seed, epoch)`` only, so every process computes the same order
+without communicating, and a process that needs positions ``p`` computes ``perm[p]`` alone: ``O(len(p))``
+time and memory, never the whole epoch (docs/DESIGN.md, "Scale").
+
+A dataset of at most ``_SMALL`` samples is shuffled by a ``randperm`` drawn from a generator seeded with
+the key instead (at most 512 KB): a Feistel network on so few bits reaches only some of the orders,
+unevenly, and the cost of a whole order is negligible there.
+
+Everything is vectorised on ``int64`` tensors. Values stay below ``2^32`` inside a round and the
+multipliers below ``2^31``, so no product overflows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_ROUNDS = 8
+_SMALL = 1 << 16
+_MASK32 = (1 << 32) - 1
+_MASK64 = (1 << 64) - 1
+_MULTIPLIER = 0x45D9F3B
+"""The multiplier of a well-mixing 32-bit integer hash (two multiply-xorshift steps)."""
+
+
+class KeyedPermutation:
+    """The permutation of ``[0, length)`` keyed by ``(seed, epoch)``.
+
+    Args:
+        length: the number of elements ``n``.
+        seed, epoch: the key; any integers (reduced modulo ``2^64``).
+    """
+
+    def __init__(self, length: int, seed: int, epoch: int) -> None:
+        self.length = length
+        bits = max(length - 1, 0).bit_length()
+        self.low_bits = bits - bits // 2
+        self.high_bits = bits // 2
+        self.keys = _round_keys(seed, epoch)
+        self.table: torch.Tensor | None = None
+        if length <= _SMALL:
+            generator = torch.Generator().manual_seed(self.keys[0] << 32 | self.keys[1])
+            self.table = torch.randperm(length, generator=generator)
+
+    def at(self, positions: torch.Tensor) -> torch.Tensor:
+        """``perm[positions]`` (``int64``, the shape of ``positions``); positions must lie in ``[0, n)``."""
+        if self.table is not None:
+            return self.table[positions.to(torch.int64)]
+        values = positions.to(torch.int64, copy=True)
+        values = self._encrypt(values)
+        outside = values >= self.length
+        while bool(outside.any()):
+            values[outside] = self._encrypt(values[outside])
+            outside = values >= self.length
+        return values
+
+    def _encrypt(self, values: torch.Tensor) -> torch.Tensor:
+        """One pass of the Feistel network over ``[0, 2^b)``: rounds alternate which part they change."""
+        low_mask, high_mask = (1 << self.low_bits) - 1, (1 << self.high_bits) - 1
+        high, low = values >> self.low_bits, values & low_mask
+        for round_index, key in enumerate(self.keys):
+            if round_index % 2:
+                high ^= _mix(low, key) & high_mask
+            else:
+                low ^= _mix(high, key) & low_mask
+        return high.bitwise_left_shift_(self.low_bits).bitwise_or_(low)
+
+
+def _mix(values: torch.Tensor, key: int) -> torch.Tensor:
+    """A keyed 32-bit integer hash of each value (values below ``2^32`` in and out); a new tensor."""
+    mixed = values ^ key
+    mixed ^= mixed >> 16
+    mixed.mul_(_MULTIPLIER).bitwise_and_(_MASK32)
+    mixed ^= mixed >> 16
+    mixed.mul_(_MULTIPLIER).bitwise_and_(_MASK32)
+    mixed ^= mixed >> 16
+    return mixed
+
+
+def _round_keys(seed: int, epoch: int) -> list[int]:
+    """``_ROUNDS`` 32-bit keys from ``(seed, epoch)``, by SplitMix64 (any two keys give unrelated rounds)."""
+    state = (seed * 0x9E3779B97F4A7C15 + epoch) & _MASK64
+    keys = []
+    for _ in range(_ROUNDS):
+        state = (state + 0x9E3779B97F4A7C15) & _MASK64
+        mixed = ((state ^ (state >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        mixed = ((mixed ^ (mixed >> 27)) * 0x94D049BB133111EB) & _MASK64
+        keys.append((mixed ^ (mixed >> 31)) & _MASK32)
+    return keys
