@@ -99,12 +99,14 @@ def prepare_with_options(
 
 
 def _agree_on_seed(options: ShardOptions, topology: Topology) -> ShardOptions:
-    """``use_seedable_sampler`` without ``data_seed``: every process takes process 0's default seed.
+    """``use_seedable_sampler`` / ``scalable_shuffle`` without ``data_seed``: every process takes process 0's
+    default seed.
 
     NOTE: the default, ``torch.initial_seed()``, differs between processes that were not seeded alike,
     and processes that shuffle differently read some samples twice and others never.
     """
-    if not options.use_seedable_sampler or options.data_seed is not None or topology.num_processes == 1:
+    seeded = options.use_seedable_sampler or options.scalable_shuffle
+    if not seeded or options.data_seed is not None or topology.num_processes == 1:
         return options
     if not is_distributed() or not topology.covers_world():
         # NOTE: a world-wide broadcast needs every rank here; a loader over part of the group keeps its default.

@@ -200,16 +200,21 @@ def test_a_misspelled_option_of_a_stage_is_refused_with_the_closest() -> None:
 
 
 # -- a seedable sampler without a seed, on processes seeded differently -------------------------------------
-def _unseeded(rank: int, world_size: int) -> list[int]:
+def _unseeded(rank: int, world_size: int) -> dict[str, list[int]]:
     torch.manual_seed(1000 + rank)  # NOTE: processes not seeded alike: their default seeds differ
-    data = DataLoader(list(range(40)), batch_size=4, shuffle=True)
-    loader = prepare_data_loader(data, use_seedable_sampler=True)
-    return [i for batch in loader for i in batch.tolist()]
+    read = {}
+    for option in ("use_seedable_sampler", "scalable_shuffle"):
+        data = DataLoader(list(range(40)), batch_size=4, shuffle=True)
+        loader = prepare_data_loader(data, **{option: True})
+        read[option] = [i for batch in loader for i in batch.tolist()]
+    return read
 
 
 @pytest.mark.dist
-def test_a_seedable_sampler_without_a_seed_shuffles_alike_on_every_process() -> None:
+def test_a_seeded_order_without_a_seed_is_the_same_on_every_process() -> None:
     from tests.helpers.dist import run_distributed
 
     first, second = run_distributed(_unseeded, 2, timeout=60)
-    assert sorted(first + second) == list(range(40)), "every sample once: the processes agreed on the order"
+    for option in ("use_seedable_sampler", "scalable_shuffle"):
+        ids = sorted(first[option] + second[option])
+        assert ids == list(range(40)), f"{option}: every sample once, the processes agreed on the order"
