@@ -17,10 +17,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from torch.utils.data import IterableDataset, get_worker_info
 
+from lightning_shard.sampling.litdata_stream import is_litdata, litdata_class, split_for
+
 STRIDE, NATIVE, SELF = "stride", "native", "self"
 """How a process gets its part of a stream: strided, its own share, or the dataset's own split."""
-
-_LITDATA_CLASSES = ("StreamingDataset", "CombinedStreamingDataset", "ParallelStreamingDataset")
 
 
 @runtime_checkable
@@ -149,10 +149,8 @@ def splits_by_rank(dataset: Any) -> str | None:
     if is_hugging_face(dataset) and getattr(dataset, "_distributed", None) is not None:
         # NOTE: `split_dataset_by_node` records the rank on the dataset; `datasets` offers no public getter.
         return "was split by `datasets.distributed.split_dataset_by_node`"
-    for cls in type(dataset).__mro__:
-        if cls.__module__.split(".")[0] == "litdata" and cls.__name__ in _LITDATA_CLASSES:
-            return f"is a LitData `{cls.__name__}`"
-    return None
+    name = litdata_class(dataset)
+    return None if name is None else f"is a LitData `{name}`"
 
 
 class NativeStreamShard(IterableDataset):
@@ -186,6 +184,8 @@ class NativeStreamShard(IterableDataset):
         self.batch_size = batch_size
         self.split_batches = split_batches
         self.share = dataset.shard(num_processes, process_index) if kind == NATIVE else dataset
+        if kind == SELF and is_litdata(dataset):
+            split_for(dataset, num_processes, process_index)  # NOTE: LitData splits by the rank it is given.
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
