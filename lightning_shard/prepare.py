@@ -22,6 +22,7 @@ from lightning_shard.options import ShardOptions
 from lightning_shard.sampling.balance import BALANCED, EvenBatches
 from lightning_shard.sampling.batch_shard import BatchSamplerShard
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
+from lightning_shard.sampling.litdata_stream import split_litdata
 from lightning_shard.sampling.native_stream import (
     STRIDE,
     NativeStreamShard,
@@ -270,6 +271,9 @@ def _build_iterable_shard(
         generator = getattr(dataloader.dataset, "generator", None)
         generator = generator if isinstance(generator, torch.Generator) else None
     else:
+        split_litdata(
+            dataloader.dataset, topology.num_processes, topology.process_index, dataloader.drop_last
+        )
         dataset = NativeStreamShard(
             dataloader.dataset,
             sharding.kind,

@@ -5,8 +5,9 @@ LitData assigns its chunks' items to ranks and ``DataLoader`` workers by itself,
 size it detects when the dataset is built (``StreamingDataset.distributed_env``). Built before the
 process group exists (a script's top, a ``LightningDataModule.__init__``) it detects one process, so every
 rank reads the whole dataset; under a device mesh it detects the whole world, not the data-parallel
-group. So at set-up its rank and size are set to the job's data-parallel ones, and LitData's own split
-(by chunk, with its shuffle) then gives each rank a disjoint share.
+group. So at set-up its rank and size are set to the job's data-parallel ones (and its ``drop_last`` to
+the loader's, the same on every process), and LitData's own split (by chunk, with its shuffle) then gives
+each rank a disjoint share.
 """
 
 from __future__ import annotations
@@ -39,27 +40,27 @@ def is_litdata(dataset: Any) -> bool:
     return litdata_class(dataset) is not None
 
 
-def split_for(dataset: Any, num_processes: int, process_index: int) -> None:
+def split_litdata(dataset: Any, num_processes: int, process_index: int, drop_last: bool) -> None:
     """Make LitData split ``dataset`` among ``num_processes`` processes, this one being ``process_index``.
 
-    NOTE: sets the public ``distributed_env`` attribute of each ``StreamingDataset`` (the user's, in
-    place: a copy of a combined dataset would have to replace its private list of datasets). Idempotent,
-    so a loader prepared again sets the same. The number of nodes (LitData's node-aware shuffle) is kept
-    where LitData detected this very world, else one.
+    Does nothing to a dataset that is not LitData's. ``drop_last`` is the loader's: LitData trims every
+    share to the same length with it, and every process must split with the same value.
+
+    NOTE: sets each ``StreamingDataset``'s public ``distributed_env`` attribute and ``set_drop_last``, on
+    the user's dataset (a copy of a combined dataset would have to replace its private list of datasets);
+    idempotent, so a loader prepared again sets the same. LitData's own defaults are replaced because they
+    come from its detection when the dataset is built, which differs between the processes of one job
+    (under Lightning's launcher the first process builds it before the process group exists, the others
+    with ``WORLD_SIZE`` set: one process in the first, rank 0 of 2 in the others, ``drop_last`` off in the
+    first, on in the others), and splits computed from different values overlap. One node: LitData's node
+    count only groups chunks by node for its cache, and its detection differs between processes too.
     """
     for stream in _streaming_datasets(dataset):
-        detected = stream.distributed_env
-        nodes = detected.num_nodes if detected.world_size == num_processes else 1
-        if (detected.world_size, detected.global_rank, detected.num_nodes) == (
-            num_processes,
-            process_index,
-            nodes,
-        ):
-            continue
         # NOTE: LitData's environment class through the instance: its name is private to LitData.
-        stream.distributed_env = type(detected)(
-            world_size=num_processes, global_rank=process_index, num_nodes=nodes
+        stream.distributed_env = type(stream.distributed_env)(
+            world_size=num_processes, global_rank=process_index, num_nodes=1
         )
+        stream.set_drop_last(drop_last)
 
 
 def _streaming_datasets(dataset: Any) -> list[Any]:

@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from lightning_shard.sampling.litdata_stream import is_litdata, litdata_class, split_for
+from lightning_shard.sampling.litdata_stream import litdata_class
 
 STRIDE, NATIVE, SELF = "stride", "native", "self"
 """How a process gets its part of a stream: strided, its own share, or the dataset's own split."""
@@ -184,8 +184,6 @@ class NativeStreamShard(IterableDataset):
         self.batch_size = batch_size
         self.split_batches = split_batches
         self.share = dataset.shard(num_processes, process_index) if kind == NATIVE else dataset
-        if kind == SELF and is_litdata(dataset):
-            split_for(dataset, num_processes, process_index)  # NOTE: LitData splits by the rank it is given.
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -195,6 +193,9 @@ class NativeStreamShard(IterableDataset):
             self.share.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:
+        # NOTE: a stream that advances its own epoch when a pass ends (LitData's) is set back, so every pass
+        # of an epoch (padding restarts the share) reads the same elements in the same order.
+        self.set_epoch(self.epoch)
         return iter(worker_part(self.share, self.kind))
 
 

@@ -40,11 +40,14 @@ def _flat(batches: list[list[int]]) -> list[int]:
 
 
 def _loader(data: str, streaming: bool, workers: int = 0, batch_size: int = 4, **kwargs: Any) -> DataLoader:
-    dataset = litdata.StreamingDataset(data, shuffle=True, seed=3, **kwargs)
+    """A shuffled LitData stream in a plain ``DataLoader`` or LitData's; ``kwargs`` go to the loader."""
+    dataset = litdata.StreamingDataset(data, shuffle=True, seed=3)
     make = litdata.StreamingDataLoader if streaming else DataLoader
-    # NOTE: forked workers start in milliseconds; the default under pytest's spawn-free run is fork anyway.
+    # NOTE: forked workers start in milliseconds (the default start method here, said for clarity).
     context = "fork" if workers else None
-    return make(dataset, batch_size=batch_size, num_workers=workers, multiprocessing_context=context)
+    return make(
+        dataset, batch_size=batch_size, num_workers=workers, multiprocessing_context=context, **kwargs
+    )
 
 
 def _shares(make: Any) -> list[list[int]]:
@@ -74,9 +77,32 @@ def test_each_sample_is_read_once_in_the_job(data: str, streaming: bool, workers
     assert sorted(alone) == list(range(IDS)), "one process reads all (the rank set back to one process)"
 
 
-def test_litdatas_own_drop_last_trims_the_shares_to_equal_length(data: str) -> None:
-    shares = _shares(lambda: _loader(data, streaming=True, drop_last=True))
+def test_the_loaders_drop_last_trims_the_shares_to_equal_length(data: str) -> None:
+    shares = _shares(lambda: _loader(data, streaming=False, drop_last=True))
     assert len(shares[0]) == len(shares[1]) == 24, "LitData drops 2 of 50 to give 2 x 6 batches of 4"
+
+
+def test_litdatas_own_guesses_differ_by_process_and_are_replaced(
+    data: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # NOTE: as under Lightning's launcher: the first process builds the dataset before the process group
+    # exists (one process, `drop_last` off), the others with `WORLD_SIZE` set (rank 0 of 2, `drop_last` on).
+    first = litdata.StreamingDataset(data, shuffle=True, seed=3)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    second = litdata.StreamingDataset(data, shuffle=True, seed=3)
+    assert (first.drop_last, second.drop_last) == (False, True)
+    assert second.distributed_env.global_rank == 0, "the second process thinks it is rank 0 too"
+    shares = [
+        _flat(
+            _ids(
+                prepare_data_loader(
+                    litdata.StreamingDataLoader(dataset, batch_size=4), num_processes=2, process_index=rank
+                )
+            )
+        )
+        for rank, dataset in enumerate((first, second))
+    ]
+    assert sorted(shares[0] + shares[1]) == list(range(IDS)), "one split, computed alike on both"
 
 
 def test_combined_and_parallel_datasets_split_every_dataset_they_read(data: str) -> None:
@@ -144,3 +170,11 @@ def test_the_rank_litdata_splits_by_is_set_on_the_dataset(data: str, tmp_path: P
     env = dataset.distributed_env
     assert (env.world_size, env.global_rank, env.num_nodes) == (2, 1, 1)
     assert len(dataset) == IDS // 2, "LitData's own length is now this rank's share"
+
+
+def test_every_pass_of_an_epoch_reads_the_same_order(data: str) -> None:
+    # NOTE: LitData advances its epoch (and so its shuffle) when a pass ends; padding restarts the share.
+    share = prepare_data_loader(_loader(data, streaming=False), num_processes=2, process_index=0).dataset
+    share.set_epoch(4)
+    passes = [[int(sample["id"]) for sample in share] for _ in range(2)]
+    assert passes[0] == passes[1] and len(passes[0]) == IDS // 2
