@@ -306,6 +306,7 @@ def _build_dispatcher(
     kwargs.pop("generator", None)
     if isinstance(dataloader.dataset, IterableDataset):
         kwargs.update(batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
+        split_litdata(dataloader.dataset, 1, 0, dataloader.drop_last)  # NOTE: process 0 reads all of it.
     else:
         user_batch_sampler = _batch_sampler(dataloader)
         batch_sampler = _rebuilt_batch_sampler(user_batch_sampler, options)

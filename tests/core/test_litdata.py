@@ -16,14 +16,14 @@ from torch.utils.data import DataLoader
 
 from lightning_shard import prepare_data_loader
 from lightning_shard.sampling.native_stream import choose_stream_sharding, splits_by_rank
-from tests.helpers.litdata import IDS, require_litdata, write_ids
+from tests.helpers.litdata import IDS, require_litdata, session_ids
 
 litdata = require_litdata()
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return write_ids(tmp_path_factory.mktemp("litdata") / "ids")
+    return session_ids(tmp_path_factory)
 
 
 def _ids(loader: Any, steps: int | None = None) -> list[list[int]]:

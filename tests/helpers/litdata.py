@@ -26,6 +26,14 @@ def sample(index: int) -> dict[str, int]:
     return {"id": index}
 
 
+def session_ids(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The path of ids ``0 .. IDS - 1`` in chunks of ``CHUNK``, written once per test session."""
+    directory = tmp_path_factory.getbasetemp() / "litdata_ids"
+    if (directory / "index.json").is_file():
+        return str(directory)
+    return write_ids(directory)
+
+
 def write_ids(directory: Path, count: int = IDS, chunk_size: int = CHUNK) -> str:
     """Write ids ``0 .. count - 1`` as a LitData dataset in ``directory``; return its path."""
     litdata = require_litdata()

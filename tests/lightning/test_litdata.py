@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.lightning_app import read_records
-from tests.helpers.litdata import IDS, require_litdata, write_ids
+from tests.helpers.litdata import IDS, require_litdata, session_ids
 from tests.helpers.runner import run_command, script
 
 pytestmark = pytest.mark.lightning
@@ -25,7 +25,7 @@ require_litdata()
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return write_ids(tmp_path_factory.mktemp("litdata") / "ids")
+    return session_ids(tmp_path_factory)
 
 
 def _scenario(tmp_path_factory: pytest.TempPathFactory, data: str, name: str) -> tuple[Path, str]:
