@@ -193,9 +193,11 @@ class NativeStreamShard(IterableDataset):
             self.share.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:
-        # NOTE: a stream that advances its own epoch when a pass ends (LitData's) is set back, so every pass
-        # of an epoch (padding restarts the share) reads the same elements in the same order.
-        self.set_epoch(self.epoch)
+        if get_worker_info() is None:
+            # NOTE: a stream that advances its own epoch when a pass ends (LitData's) is set back, so every
+            # pass of an epoch (padding restarts the share) reads the same order. Not in a worker: its copy
+            # is fresh for each pass, or (persistent) the stream's own epoch sharing must not be undone.
+            self.set_epoch(self.epoch)
         return iter(worker_part(self.share, self.kind))
 
 
