@@ -25,6 +25,7 @@ $(STAMP): pyproject.toml $(TORCH_PIN)
 	$(PY) -m pip install -q -c $(TORCH_PIN) -e ".[test]"
 	$(PY) -m pip install -q -c $(TORCH_PIN) --no-deps $(LITDATA)
 	$(PY) -m pip install -q -c $(TORCH_PIN) $(LITDATA_DEPS)
+	# NOTE: in case anything else pulled `torchvision` in; then check that LitData imports and torch is the pin.
 	$(PY) -m pip uninstall -q -y torchvision
 	$(PY) -c "import litdata, torch, importlib.util as u; assert torch.__version__.startswith('2.13.0'), torch.__version__; assert u.find_spec('torchvision') is None"
 	touch $(STAMP)
