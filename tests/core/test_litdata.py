@@ -8,7 +8,6 @@ without the rank set at set-up every process would read all of them.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -163,7 +162,7 @@ def test_a_mid_epoch_state_of_another_process_count_is_refused_with_litdatas_rea
     assert sorted(_flat(_ids(one))) == list(range(IDS))
 
 
-def test_the_rank_litdata_splits_by_is_set_on_the_dataset(data: str, tmp_path: Path) -> None:
+def test_the_rank_litdata_splits_by_is_set_on_the_dataset(data: str) -> None:
     dataset = litdata.StreamingDataset(data)
     assert dataset.distributed_env.world_size == 1, "built outside a process group: LitData sees one process"
     prepare_data_loader(DataLoader(dataset, batch_size=4), num_processes=2, process_index=1)
