@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 
 from lightning_shard import prepare_data_loader
 from lightning_shard.sampling.native_stream import choose_stream_sharding, splits_by_rank
-from tests.helpers.litdata import IDS, require_litdata, session_ids
+from tests.helpers.litdata_ids import IDS, require_litdata, session_ids
 
 litdata = require_litdata()
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.lightning_app import read_records
-from tests.helpers.litdata import IDS, require_litdata, session_ids
+from tests.helpers.litdata_ids import IDS, require_litdata, session_ids
 from tests.helpers.runner import run_command, script
 
 pytestmark = pytest.mark.lightning

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from lightning_shard import prepare_data_loader
 from tests.helpers.dist import run_distributed
-from tests.helpers.litdata import IDS, require_litdata, session_ids
+from tests.helpers.litdata_ids import IDS, require_litdata, session_ids
 
 pytestmark = pytest.mark.dist
 
