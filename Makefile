@@ -11,15 +11,26 @@ STAMP := $(VENV)/.installed
 OLDEST := .venv-oldest
 OLDEST_PY := $(OLDEST)/bin/python
 OLDEST_PINS := tests/oldest-constraints.txt
+TORCH_PIN := tests/torch-constraints.txt
+# NOTE: LitData (a test dependency) requires `torchvision`, and the only one the registry has for torch 2.13 is a
+# CUDA build that fails to load against the CPU torch (LitData imports it when present). So LitData installs
+# without its dependencies, and these (its own, less `torchvision`) install beside it under the torch pin.
+LITDATA := litdata==0.2.76
+LITDATA_DEPS := lightning-utilities filelock numpy boto3 requests "urllib3>=1.26" tifffile obstore
 
 .PHONY: demo test docs dist test-oldest test-matrix bench gpu-check
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(TORCH_PIN)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# NOTE: torch first, pinned: the CPU build is cached here; any other pulls a multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -c $(TORCH_PIN) -e ".[test]"
+	$(PY) -m pip install -q -c $(TORCH_PIN) --no-deps $(LITDATA)
+	$(PY) -m pip install -q -c $(TORCH_PIN) $(LITDATA_DEPS)
+	# NOTE: in case anything else pulled `torchvision` in; then check that LitData imports and torch is the pin.
+	$(PY) -m pip uninstall -q -y torchvision
+	$(PY) -c "import litdata, torch, importlib.util as u; assert torch.__version__.startswith('2.13.0'), torch.__version__; assert u.find_spec('torchvision') is None"
 	touch $(STAMP)
 
 # NOTE: torch first, as above; the constraints then hold Lightning and torchdata at the oldest supported

@@ -23,6 +23,7 @@ from lightning_shard.options import ShardOptions
 from lightning_shard.sampling.balance import BALANCED, EvenBatches
 from lightning_shard.sampling.batch_shard import BatchSamplerShard
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
+from lightning_shard.sampling.litdata_stream import is_litdata, split_litdata
 from lightning_shard.sampling.native_stream import (
     STRIDE,
     NativeStreamShard,
@@ -297,6 +298,9 @@ def _build_iterable_shard(
         generator = getattr(dataloader.dataset, "generator", None)
         generator = generator if isinstance(generator, torch.Generator) else None
     else:
+        split_litdata(
+            dataloader.dataset, topology.num_processes, topology.process_index, dataloader.drop_last
+        )
         dataset = NativeStreamShard(
             dataloader.dataset,
             sharding.kind,
@@ -333,6 +337,7 @@ def _build_dispatcher(
     dataset = dataloader.dataset
     if isinstance(dataset, IterableDataset):
         kwargs.update(batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
+        split_litdata(dataset, 1, 0, dataloader.drop_last)  # NOTE: process 0 reads all of it.
         dataset = split_among_workers(dataset, dataloader.num_workers)
     else:
         user_batch_sampler = _batch_sampler(dataloader)
@@ -358,8 +363,8 @@ def _build_dispatcher(
 def _check_dispatch_stream(dataset: Any, topology: Topology) -> None:
     """Refuse dispatching a stream that splits itself by rank: process 0 would read its own part only."""
     splits = splits_by_rank(dataset)
-    if splits is None or topology.num_processes == 1:
-        return
+    if splits is None or topology.num_processes == 1 or is_litdata(dataset):
+        return  # NOTE: LitData is told to read for one process (`split_litdata`): process 0 reads it all.
     raise ValueError(
         f"`dispatch_batches=True` over a dataset that {splits}: process 0 loads for every process, but this "
         f"dataset gives process 0 only its own 1/{topology.num_processes}, so the other parts would never be "

@@ -256,7 +256,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         return None if self.stream is None else self.stream.entries(steps)
 
     def _restore_streams(self, saved: LoaderState, info: ShardingInfo) -> None:
-        check_stream_state(saved, info.sampler, info.num_processes)
+        check_stream_state(saved, info.sampler, info.num_processes, _user_dataset(self.dataset))
         if self.stream is not None:
             ends = [entry["ended_at"] for entry in saved.streams or []]
             self.stream.restore(ends if len(ends) == info.num_processes else None)

@@ -30,6 +30,7 @@ from lightning_shard.loaders.resumable import ShardingInfo
 from lightning_shard.loaders.settings import NATIVE_STREAM_KINDS
 from lightning_shard.loaders.state import LoaderState
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
+from lightning_shard.sampling.litdata_stream import LITDATA_REASON, is_litdata
 from lightning_shard.sampling.native_stream import NATIVE, NativeStreamShard
 
 PAD, SHORTEST, OWN = "pad", "shortest", "own"
@@ -351,7 +352,9 @@ def native_sharding(shard: NativeStreamShard, stream: StreamRun | None, drop_las
     """The ``ShardingInfo`` of a loader over a native (or self-split) share."""
     batch_size = shard.batch_size
     global_batch = (batch_size or 1) * (1 if shard.split_batches else shard.num_processes)
-    length = getattr(shard.dataset, "__len__", None)
+    # NOTE: a dataset that splits itself reports its own share's length (LitData), which differs by rank,
+    # and the state must be the same on every process.
+    length = getattr(shard.dataset, "__len__", None) if shard.kind == NATIVE else None
     return ShardingInfo(
         mode="shard",
         num_processes=shard.num_processes,
@@ -365,8 +368,8 @@ def native_sharding(shard: NativeStreamShard, stream: StreamRun | None, drop_las
     )
 
 
-def check_stream_state(saved: LoaderState, sampler: str, num_processes: int) -> None:
-    """Refuse a mid-epoch stream state that this loader cannot continue exactly.
+def check_stream_state(saved: LoaderState, sampler: str, num_processes: int, dataset: Any = None) -> None:
+    """Refuse a mid-epoch stream state that this loader cannot continue exactly (``dataset``: the user's).
 
     Raises:
         ValueError: the state was saved mid-epoch under another stream sharding or process count.
@@ -383,7 +386,13 @@ def check_stream_state(saved: LoaderState, sampler: str, num_processes: int) -> 
     if saved.num_processes != num_processes:
         raise ValueError(
             f"`state_dict` was saved mid-epoch by {saved.num_processes} processes, each reading its own share of "
-            f"the stream, but this run has {num_processes}: the shares (whole shards per process) and each "
-            f"process's position in its share do not carry over. Resume this epoch on {saved.num_processes} "
+            f"the stream, but this run has {num_processes}: {_why_shares_differ(dataset, saved.num_processes, num_processes)}. "
+            f"Resume this epoch on {saved.num_processes} "
             "processes, or load a state saved between epochs (it loads on any number)."
         )
+
+
+def _why_shares_differ(dataset: Any, saved: int, now: int) -> str:
+    if is_litdata(dataset):
+        return LITDATA_REASON.format(saved=saved, now=now)
+    return "the shares (whole shards per process) and each process's position in its share do not carry over"

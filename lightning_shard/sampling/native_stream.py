@@ -17,10 +17,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from torch.utils.data import IterableDataset, get_worker_info
 
+from lightning_shard.sampling.litdata_stream import litdata_class
+
 STRIDE, NATIVE, SELF = "stride", "native", "self"
 """How a process gets its part of a stream: strided, its own share, or the dataset's own split."""
-
-_LITDATA_CLASSES = ("StreamingDataset", "CombinedStreamingDataset", "ParallelStreamingDataset")
 
 
 @runtime_checkable
@@ -149,10 +149,8 @@ def splits_by_rank(dataset: Any) -> str | None:
     if is_hugging_face(dataset) and getattr(dataset, "_distributed", None) is not None:
         # NOTE: `split_dataset_by_node` records the rank on the dataset; `datasets` offers no public getter.
         return "was split by `datasets.distributed.split_dataset_by_node`"
-    for cls in type(dataset).__mro__:
-        if cls.__module__.split(".")[0] == "litdata" and cls.__name__ in _LITDATA_CLASSES:
-            return f"is a LitData `{cls.__name__}`"
-    return None
+    name = litdata_class(dataset)
+    return None if name is None else f"is a LitData `{name}`"
 
 
 class NativeStreamShard(IterableDataset):
@@ -196,6 +194,11 @@ class NativeStreamShard(IterableDataset):
             self.share.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:
+        if get_worker_info() is None:
+            # NOTE: a stream that advances its own epoch when a pass ends (LitData's) is set back, so every
+            # pass of an epoch (padding restarts the share) reads the same order. Not in a worker: its copy
+            # is fresh for each pass, or (persistent) the stream's own epoch sharing must not be undone.
+            self.set_epoch(self.epoch)
         return iter(worker_part(self.share, self.kind))
 
 
