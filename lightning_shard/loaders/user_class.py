@@ -23,10 +23,24 @@ _NOT_CARRIED = "__pl_"
 """Prefix of the construction arguments Lightning records on loaders; they describe the user's loader."""
 
 
+_TAKEN_OVER = (("litdata", "StreamingDataLoader"),)
+"""``(package, class)`` of library loaders whose iteration drives their own dataset's position and epoch
+(LitData's calls its ``StreamingDataset``'s state methods): our loader takes that over, so they are
+replaced, as a plain ``DataLoader`` is, rather than kept."""
+
+
 def user_loader_class(dataloader: DataLoader) -> type | None:
     """The user's own ``DataLoader`` subclass ``dataloader`` is an instance of, or ``None``."""
     cls = type(dataloader)
-    return None if cls in _PLAIN else cls
+    if cls in _PLAIN or any(
+        _is(base, package, name) for base in cls.__mro__ for package, name in _TAKEN_OVER
+    ):
+        return None
+    return cls
+
+
+def _is(cls: type, package: str, name: str) -> bool:
+    return cls.__module__.split(".")[0] == package and cls.__name__ == name
 
 
 @functools.cache
