@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.runner import finish, script
-from tests.matrix.cells import EXIT_AFTER, PARTIAL_EPOCH, Cell, matrix, sample
+from tests.matrix.cells import EXIT_AFTER, Cell, checkpoint_at_epoch_end, matrix, sample
 
 pytestmark = pytest.mark.lightning
 
@@ -74,7 +74,7 @@ KNOWN_DEFECTS: list[tuple[int, str, Callable[[Cell], bool]]] = [
         "found by this harness: a checkpoint written on an epoch's last training step, resumed on fewer "
         "processes, cuts the next epoch short (it starts at the old count's batch index and ends at the "
         "new count's length: 18 of 38 ids read on 1 process)",
-        lambda c: c.strategy != "fabric" and c.restart == "fewer" and _checkpoint_at_epoch_end(c),
+        lambda c: c.strategy != "fabric" and c.restart == "fewer" and checkpoint_at_epoch_end(c),
     ),
     (
         9,
@@ -102,17 +102,17 @@ KNOWN_DEFECTS: list[tuple[int, str, Callable[[Cell], bool]]] = [
         "if that is by design, move it to `cells.invalid` with the reason",
         lambda c: c.loader == "native" and c.mode == "dispatch" and 2 in (c.workers, c.restart_num_workers),
     ),
+    (
+        12,
+        "found by this harness: `use_seedable_sampler=True` with `reload_dataloaders_every_n_epochs=1`, "
+        "resumed (mid-epoch or at an epoch's end): the resumed epoch is exact, the next one (a reloaded "
+        "loader) reads another order than the uninterrupted run",
+        lambda c: c.loader == "seedable" and c.feature == "reload",
+    ),
 ]
 """Defects not fixed yet: ``(defect, what, which cells show it)``; 1-4 are issue 17's (fixed on another
 branch), 7 and up were found by this harness. Delete a row when its fix is merged (its cells then pass;
 a strict ``xfail`` that passes fails the suite)."""
-
-
-def _checkpoint_at_epoch_end(cell: Cell) -> bool:
-    """Whether the newest checkpoint of the killed run was written on an epoch's last training step."""
-    if cell.feature in PARTIAL_EPOCH:
-        return False
-    return cell.interrupt == "epoch_end" or (cell.interrupt == "validation" and cell.feature != "val_float")
 
 
 def known_defect(cell: Cell) -> tuple[int, str] | None:
