@@ -264,6 +264,7 @@ REGRESSIONS = (
     Cell(feature="early_exit", interrupt="epoch_end", kill_at=4),
     Cell(loader="native", workers=2, mode="dispatch", kill_at=3),
     Cell(loader="seedable", feature="reload", kill_at=3),
+    Cell(feature="reload", restart_workers="other", kill_at=3),
 )
 """Cells of the defects found so far (``tests/matrix/test_matrix.py``, ``KNOWN_DEFECTS``), kept in the
 matrix whatever the pairs: a defect is a combination the all-pairs design need not hold again."""
