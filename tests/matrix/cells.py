@@ -80,6 +80,7 @@ SHARED_STREAMS = ("native", "hf", "self_split")
 state does not carry to another N."""
 TRAINER_ONLY = ("accumulate", "limit", "val_float", "reload", "combined", "onecycle", "onecycle_lightning")
 PARTIAL_EPOCH = ("limit", "early_exit")
+SHUFFLED = ("shuffled", "seedable", "subclass", "unbatched")
 
 
 @dataclass(frozen=True)
@@ -217,10 +218,9 @@ def _uneven(cell: Cell, devices: int) -> bool:
 
 
 def checkpoint_at_epoch_end(cell: Cell) -> bool:
-    """Whether the killed run's newest checkpoint was written on an epoch's last training step, its loader
-    read to its end (a kill at the end of an epoch, or in the validation that follows it)."""
-    if cell.feature in PARTIAL_EPOCH:
-        return False
+    """Whether the killed run's newest checkpoint was written on the last training step Lightning takes in
+    an epoch (a kill at the end of an epoch, or in the validation that follows it): the restart begins
+    the next epoch, so no position inside an epoch is carried."""
     return cell.interrupt == "epoch_end" or (cell.interrupt == "validation" and cell.feature != "val_float")
 
 

@@ -20,11 +20,10 @@ from typing import Any
 
 import torch
 
-from tests.matrix.cells import BATCH, SHARDS, STREAMS, Cell, length, partial_epochs, refusal
+from tests.matrix.cells import BATCH, SHARDS, SHUFFLED, STREAMS, Cell, length, partial_epochs, refusal
 
 Records = list[list[dict[str, Any]]]
 """Per rank, the records of each consumed training batch: ``{"epoch", "batch_idx", "a": ids, ...}``."""
-SHUFFLED = ("shuffled", "seedable", "subclass", "unbatched")
 
 
 def last_checkpoint(run: Path) -> Path | None:

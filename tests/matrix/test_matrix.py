@@ -29,6 +29,7 @@ import pytest
 from tests.helpers.runner import finish, script
 from tests.matrix.cells import (
     EXIT_AFTER,
+    SHUFFLED,
     UNSIZED,
     Cell,
     checkpoint_at_epoch_end,
@@ -56,7 +57,8 @@ KNOWN_DEFECTS: list[tuple[int, str, Callable[[Cell], bool]]] = [
         lambda c: (
             c.feature in ("onecycle", "onecycle_lightning")
             and c.strategy != "fabric"
-            and not checkpoint_at_epoch_end(c)  # NOTE: at an epoch's end there is no position to lose
+            # NOTE: at an epoch's end only the next epoch's order is lost: seen on the same count, shuffled
+            and not (checkpoint_at_epoch_end(c) and (c.restart != "same" or c.loader not in SHUFFLED))
         ),
     ),
     (
@@ -67,7 +69,12 @@ KNOWN_DEFECTS: list[tuple[int, str, Callable[[Cell], bool]]] = [
     (
         3,
         "a stream split among 2 DataLoader workers, resumed mid-epoch on another number of processes, drops data",
-        lambda c: c.loader == "worker_split" and c.workers == 2 and c.restart != "same",
+        lambda c: (
+            c.loader == "worker_split"
+            and c.workers == 2
+            and c.restart != "same"
+            and not checkpoint_at_epoch_end(c)
+        ),
     ),
     (
         4,
@@ -91,6 +98,7 @@ KNOWN_DEFECTS: list[tuple[int, str, Callable[[Cell], bool]]] = [
             and c.restart == "fewer"
             and checkpoint_at_epoch_end(c)
             and c.mode != "split"  # NOTE: there the batches per epoch do not depend on the count
+            and c.feature not in ("limit", "early_exit", "reload")  # NOTE: the next epoch's length is right
             and c.loader not in UNSIZED  # NOTE: without `len()`, Lightning reads the loader to its end
         ),
     ),
