@@ -53,7 +53,8 @@ def records(run: Path, world_size: int) -> Records:
 
 
 def _errors(run: Path) -> list[str]:
-    return [json.loads(path.read_text())["message"] for path in sorted(run.glob("error_rank*.json"))]
+    """What each rank, or the launcher of forked ranks, recorded it raised."""
+    return [json.loads(path.read_text())["message"] for path in sorted(run.glob("error_*.json"))]
 
 
 def universe(cell: Cell) -> set[int]:
@@ -190,7 +191,7 @@ def _refusal_problems(
     if errors.get("full" if at_start else "restart") is None:
         return [f"expected a refusal containing {expected!r}; the fit ran"]
     # NOTE: the ranks forked by one launcher end together: the first rank that raises has the others
-    # terminated, so some may not have written theirs. Each that did must have raised the rule's message.
+    # terminated, and only the launcher records it (with that rank's message). Every record must hold it.
     messages = _errors(run)
     problems = []
     if not messages or not all(expected in message for message in messages):

@@ -188,8 +188,12 @@ class Reads(pl.Callback):
         checkpoint["matrix_reads"] = self.count
 
     def on_exception(self, trainer: pl.Trainer, module: Any, exception: BaseException) -> None:
-        record = {"error": type(exception).__name__, "message": str(exception)[:3000]}
-        (self.run / f"error_rank{trainer.global_rank}.json").write_text(json.dumps(record))
+        # NOTE: with forked ranks, Lightning handles a rank's exception in the launching process only, where
+        # it arrives as torch's `ProcessRaisedException` holding the rank's traceback and message.
+        forked = type(exception).__name__ in ("ProcessRaisedException", "ProcessExitedException")
+        name = "error_launcher.json" if forked else f"error_rank{trainer.global_rank}.json"
+        record = {"error": type(exception).__name__, "message": str(exception)[-3000:]}
+        (self.run / name).write_text(json.dumps(record))
 
 
 class Kill(pl.Callback):
