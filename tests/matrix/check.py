@@ -7,7 +7,7 @@ each epoch for a shuffled loader; the killed run's records up to its checkpoint,
 restart's, equal the uninterrupted run's on every rank (on another number of processes, or of workers
 of a stream after the resumed epoch, where the order legitimately changes: the same invariant, epoch by
 epoch, across the ranks of both runs); and a user's ``DataLoader`` subclass made every batch. A cell the
-rules refuse passes when its fit raised the rule's message (on every rank that recorded an error) before
+rules refuse passes when its fit raised the rule's message (in every record of the error) before
 any training step.
 """
 
