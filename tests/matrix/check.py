@@ -7,7 +7,7 @@ each epoch for a shuffled loader; the killed run's records up to its checkpoint,
 restart's, equal the uninterrupted run's on every rank (on another number of processes, or of workers
 of a stream after the resumed epoch, where the order legitimately changes: the same invariant, epoch by
 epoch, across the ranks of both runs); and a user's ``DataLoader`` subclass made every batch. A cell the
-rules refuse passes when its fit raised the rule's message (on every rank that recorded an error) before
+rules refuse passes when its fit raised the rule's message (in every record of the error) before
 any training step.
 """
 
@@ -20,11 +20,10 @@ from typing import Any
 
 import torch
 
-from tests.matrix.cells import BATCH, SHARDS, STREAMS, Cell, length, partial_epochs, refusal
+from tests.matrix.cells import BATCH, SHARDS, SHUFFLED, STREAMS, Cell, length, partial_epochs, refusal
 
 Records = list[list[dict[str, Any]]]
 """Per rank, the records of each consumed training batch: ``{"epoch", "batch_idx", "a": ids, ...}``."""
-SHUFFLED = ("shuffled", "seedable", "subclass", "unbatched")
 
 
 def last_checkpoint(run: Path) -> Path | None:
@@ -54,7 +53,8 @@ def records(run: Path, world_size: int) -> Records:
 
 
 def _errors(run: Path) -> list[str]:
-    return [json.loads(path.read_text())["message"] for path in sorted(run.glob("error_rank*.json"))]
+    """What each rank, or the launcher of forked ranks, recorded it raised."""
+    return [json.loads(path.read_text())["message"] for path in sorted(run.glob("error_*.json"))]
 
 
 def universe(cell: Cell) -> set[int]:
@@ -191,7 +191,7 @@ def _refusal_problems(
     if errors.get("full" if at_start else "restart") is None:
         return [f"expected a refusal containing {expected!r}; the fit ran"]
     # NOTE: the ranks forked by one launcher end together: the first rank that raises has the others
-    # terminated, so some may not have written theirs. Each that did must have raised the rule's message.
+    # terminated, and only the launcher records it (with that rank's message). Every record must hold it.
     messages = _errors(run)
     problems = []
     if not messages or not all(expected in message for message in messages):

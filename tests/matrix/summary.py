@@ -1,6 +1,9 @@
 """The summary of a full matrix run (``make test-matrix``), as recorded in ``benchmarks/RELIABILITY.md``:
 
-python -m tests.matrix.summary MATRIX_OUT   (from the repository root)
+    python -m tests.matrix.summary MATRIX_OUT   (from the repository root)
+
+Each failed cell is matched against the current ``KNOWN_DEFECTS`` table; a failure no row explains is
+``NEW``, and a row's cell that passed is listed too (its strict ``xfail`` fails the suite).
 """
 
 from __future__ import annotations
@@ -9,22 +12,34 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
+
+from tests.matrix.cells import Cell
+from tests.matrix.test_matrix import known_defect
+
+
+def _line(verdict: dict[str, Any], defect: int | None) -> str:
+    tag = f"known defect {defect}" if defect is not None else "NEW"
+    first = verdict["problems"][0][:240].replace("\n", " ") if verdict["problems"] else "passed"
+    return f"- `{verdict['cell']}` ({verdict['outcome']}, {tag}): {first}"
 
 
 def summary(out: Path) -> str:
     verdicts = [json.loads(line) for line in (out / "verdicts.jsonl").read_text().splitlines()]
+    defects = {v["cell"]: (known_defect(Cell.parse(v["cell"])) or (None,))[0] for v in verdicts}
     counts = Counter(verdict["outcome"] for verdict in verdicts)
-    known = [verdict for verdict in verdicts if verdict["known_defect"] is not None]
+    failed = [v for v in verdicts if v["outcome"] == "failed"]
+    known = Counter(defects[v["cell"]] for v in failed if defects[v["cell"]] is not None)
+    new = [v for v in failed if defects[v["cell"]] is None]
+    passing_rows = [v for v in verdicts if v["outcome"] != "failed" and defects[v["cell"]] is not None]
     lines = [
         f"{len(verdicts)} cells run: {counts['passed']} passed, {counts['refused']} refused as the rules say, "
-        f"{counts['failed']} failed ({sum(v['outcome'] == 'failed' for v in known)} of them known defects, strict xfail)",
+        f"{len(failed)} failed: {sum(known.values())} by known defects "
+        f"({', '.join(f'{d}: {n}' for d, n in sorted(known.items()))}), {len(new)} not explained "
+        f"by the table; {len(passing_rows)} cells the table lists passed.",
         "",
     ]
-    for verdict in verdicts:
-        if verdict["outcome"] == "failed" or verdict["known_defect"] is not None:
-            tag = f"known defect {verdict['known_defect']}" if verdict["known_defect"] else "NEW"
-            first = verdict["problems"][0][:300].replace("\n", " ") if verdict["problems"] else "(passed)"
-            lines.append(f"- `{verdict['cell']}` ({verdict['outcome']}, {tag}): {first}")
+    lines += [_line(v, defects[v["cell"]]) for v in failed + passing_rows]
     return "\n".join(lines)
 
 

@@ -159,7 +159,7 @@ class MatrixModule(pl.LightningModule):
         return -1 if self.feature == "early_exit" and batch_idx == EXIT_AFTER else None
 
     def configure_optimizers(self) -> Any:
-        optimizer = torch.optim.SGD(self.parameters(), lr=0.05)
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)  # NOTE: state to restore
         if self.feature not in ("onecycle", "onecycle_lightning"):
             return optimizer
         if self.feature == "onecycle":
@@ -188,8 +188,12 @@ class Reads(pl.Callback):
         checkpoint["matrix_reads"] = self.count
 
     def on_exception(self, trainer: pl.Trainer, module: Any, exception: BaseException) -> None:
-        record = {"error": type(exception).__name__, "message": str(exception)[:3000]}
-        (self.run / f"error_rank{trainer.global_rank}.json").write_text(json.dumps(record))
+        # NOTE: with forked ranks, Lightning handles a rank's exception in the launching process only, where
+        # it arrives as torch's `ProcessRaisedException` holding the rank's traceback and message.
+        forked = type(exception).__name__ in ("ProcessRaisedException", "ProcessExitedException")
+        name = "error_launcher.json" if forked else f"error_rank{trainer.global_rank}.json"
+        record = {"error": type(exception).__name__, "message": str(exception)[-3000:]}
+        (self.run / name).write_text(json.dumps(record))
 
 
 class Kill(pl.Callback):
@@ -222,9 +226,15 @@ class Kill(pl.Callback):
             self._kill(trainer)
 
 
-def _strategy(cell: Cell) -> Any:
+def _strategy(cell: Cell, devices: int) -> Any:
     if cell.strategy == "model_parallel":
-        return ShardModelParallelStrategy(save_distributed_checkpoint=False, **_options(cell))
+        # NOTE: every process data-parallel ("auto" would make them tensor-parallel peers on one node).
+        return ShardModelParallelStrategy(
+            data_parallel_size=devices,
+            tensor_parallel_size=1,
+            save_distributed_checkpoint=False,
+            **_options(cell),
+        )
     return ShardStrategy(start_method="fork", **_options(cell))
 
 
@@ -255,7 +265,7 @@ def trainer_phase(cell: Cell, phase: str, run: Path, checkpoint: Path | None = N
     pl.seed_everything(
         0 if phase != "restart" else 1
     )  # NOTE: on restart, only the checkpoint may carry the order
-    fit = app_trainer(run, _strategy(cell), devices, callbacks=callbacks, **settings)
+    fit = app_trainer(run, _strategy(cell, devices), devices, callbacks=callbacks, **settings)
     val = (
         DataLoader(IdMap(VAL_LENGTH), BATCH * 2 if cell.mode == "split" else BATCH)
         if _validates(cell)
@@ -278,7 +288,7 @@ def fabric_phase(fabric: L.Fabric, cell: Cell, phase: str, run: Path, checkpoint
 def _fabric_loop(fabric: L.Fabric, cell: Cell, phase: str, run: Path, checkpoint: Path | None) -> None:
     L.seed_everything(0 if phase != "restart" else 1)
     layer = nn.Linear(4, 1)
-    model, optimizer = fabric.setup(layer, torch.optim.SGD(layer.parameters(), lr=0.05))
+    model, optimizer = fabric.setup(layer, torch.optim.SGD(layer.parameters(), lr=0.05, momentum=0.9))
     workers = cell.restart_num_workers if phase == "restart" else cell.workers
     data = fabric.setup_dataloaders(train_loader(cell, workers))
     state: dict[str, Any] = {"model": model, "optimizer": optimizer, "loader": data}
