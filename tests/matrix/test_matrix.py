@@ -29,12 +29,8 @@ import pytest
 from tests.helpers.runner import finish, script
 from tests.matrix.cells import (
     EXIT_AFTER,
-    SHUFFLED,
-    UNSIZED,
     Cell,
-    checkpoint_at_epoch_end,
     matrix,
-    partial_epochs,
     sample,
 )
 
