@@ -59,20 +59,9 @@ KNOWN_DEFECTS: list[tuple[int, str, Callable[[Cell], bool]]] = [
             and c.kill_at > EXIT_AFTER
         ),
     ),
-    (
-        13,
-        "found by this harness: `reload_dataloaders_every_n_epochs=1` with a shuffled map-style loader, "
-        "restarted with another `num_workers`: the resumed epoch is exact, the next (reloaded) one reads "
-        "another order (without the reload, a change of workers is exact, as the README says)",
-        lambda c: (
-            c.feature == "reload"
-            and c.loader in ("shuffled", "subclass", "unbatched")
-            and c.restart_num_workers != c.workers
-        ),
-    ),
 ]
-"""Defects not fixed yet: ``(defect, what, which cells show it)``; 1-4 are issue 17's (fixed on another
-branch), 7 and up were found by this harness. Delete a row when its fix is merged (its cells then pass;
+"""Defects not fixed yet: ``(defect, what, which cells show it)``. 1-4 (issue 17's) and 7-9, 11-13 (found
+by this harness) are fixed; 10 is Lightning's own. Delete a row when its fix is merged (its cells then pass;
 a strict ``xfail`` that passes fails the suite)."""
 
 
