@@ -52,7 +52,9 @@ test: $(STAMP)
 	$(PY) -m mypy lightning_shard
 	# NOTE: not --quiet: it hides the warnings that --strict turns into errors, and the build passes.
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q
+	# NOTE: two pytest workers, a test file each at a time (module fixtures run once): most tests wait on the
+	# processes they start, so two files overlap on 2 cores (11 min one after the other, docs/development.md).
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile
 
 # NOTE: every cell of tests/matrix/cells.py (about half an hour on 2 cores, mostly the ModelParallel cells);
 # the records stay in build/matrix, the summary is what benchmarks/RELIABILITY.md records. The known
