@@ -97,6 +97,27 @@ def test_fabric_epochs_left_early_still_move_on(tmp_path: Path) -> None:
         assert record["whole_state_epoch"] == 3 and record["broken_state_epoch"] == 2
 
 
+def test_a_misspelled_stage_key_is_refused_at_set_up_on_every_rank(tmp_path: Path) -> None:
+    run_command(script("combinations", "misspelled", str(tmp_path)), timeout=300)
+    for rank in (0, 1):
+        message = (tmp_path / f"refused_rank{rank}.txt").read_text()
+        assert "`shard_stage_options` has the key 'val', which is not a stage" in message
+        assert "did you mean 'validate'" in message
+    assert not list(tmp_path.glob("fit_rank*.json")), "no rank trained"
+
+
+def test_the_seed_constructor_gives_a_stateful_loader_on_every_process(tmp_path: Path) -> None:
+    run_command(
+        script("launch", "2", "tests.scripts.combinations", "stateful_constructor", str(tmp_path)),
+        timeout=300,
+    )
+    for rank in (0, 1):
+        record = json.loads((tmp_path / f"stateful_rank{rank}.json").read_text())
+        assert record["stateful"]
+        assert record["head"] + record["rest"] == record["whole"]
+        assert record["whole"][0] == [2 * rank, 2 * rank + 1]
+
+
 FITS = int(os.environ.get("EXIT_STATUS_FITS", "3"))
 """Fits run back to back: 3 here (one of each kind), 20 in ``make test-matrix`` (benchmarks/RELIABILITY.md)."""
 

@@ -197,9 +197,70 @@ def fabric_break(out: Path) -> None:
     (out / f"fabric_rank{fabric.global_rank}.json").write_text(json.dumps(records))
 
 
+def misspelled(out: Path) -> None:
+    """A ``ShardDataModule`` whose per-stage options name ``"val"`` for ``"validate"``: every rank writes
+    what it raised at set-up."""
+    from lightning_shard import ShardDataModule
+
+    class Data(ShardDataModule):
+        shard_stage_options = {"val": {"even_batches": True}}
+
+        def train_dataloader(self) -> DataLoader:
+            return loader(LENGTH, BATCH)
+
+    fit = trainer(out, "shard", 2, max_epochs=1)
+    try:
+        fit.fit(Recorder(str(out)), datamodule=Data())
+    except ValueError as error:
+        (out / f"refused_rank{fit.global_rank}.txt").write_text(str(error))
+
+
+def stateful_constructor(out: Path) -> None:
+    """The seed's ``DataLoaderShard(..., use_stateful_dataloader=True)`` on each of 2 gloo processes: a
+    ``StatefulDataLoader`` whose state, saved after 2 batches, continues in a fresh loader."""
+    import torch.distributed as dist
+    from torch.utils.data import BatchSampler, SequentialSampler
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from lightning_shard import BatchSamplerShard, DataLoaderShard
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+
+    def build() -> DataLoaderShard:
+        shard = BatchSamplerShard(
+            BatchSampler(SequentialSampler(range(20)), 2, drop_last=False),
+            num_processes=2,
+            process_index=rank,
+        )
+        return DataLoaderShard(list(range(20)), batch_sampler=shard, use_stateful_dataloader=True)
+
+    first = build()
+    batches = iter(first)
+    head = [next(batches).tolist() for _ in range(2)]
+    again = build()
+    again.load_state_dict(first.state_dict())
+    record = {
+        "stateful": isinstance(first, StatefulDataLoader),
+        "head": head,
+        "rest": [batch.tolist() for batch in again],
+        "whole": [batch.tolist() for batch in build()],
+    }
+    (out / f"stateful_rank{rank}.json").write_text(json.dumps(record))
+    dist.destroy_process_group()
+
+
 PHASES = {
     function.__name__: function
-    for function in (estimated, subclass, stream_stop, stream_resume, fabric_break)
+    for function in (
+        estimated,
+        subclass,
+        stream_stop,
+        stream_resume,
+        fabric_break,
+        misspelled,
+        stateful_constructor,
+    )
 }
 
 if __name__ == "__main__":

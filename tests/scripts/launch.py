@@ -4,7 +4,7 @@ must see how every process ended (Lightning's own launcher does not wait for the
     python -m tests.scripts.launch NUM_PROCESSES MODULE [ARGS...]   (from the repository root)
 
 Each rank runs ``python -m MODULE ARGS...`` with the environment of an external launcher (``torchrun``
-style: ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``NODE_RANK``, ``LOCAL_RANK``), so Lightning
+style: ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``NODE_RANK``, ``LOCAL_RANK``, ``RANK``), so Lightning
 starts no processes of its own. Prints ``rank R exited with S`` per rank and exits 1 if any was not 0.
 """
 
@@ -33,6 +33,7 @@ def main(num_processes: int, module: str, args: list[str]) -> int:
             "WORLD_SIZE": str(num_processes),
             "NODE_RANK": "0",
             "LOCAL_RANK": str(rank),
+            "RANK": str(rank),
         }
         ranks.append(subprocess.Popen([sys.executable, "-m", module, *args], env=env))
     codes = [process.wait() for process in ranks]
