@@ -224,10 +224,6 @@ class ResumableLoaderMixin:
             # A loop that tells the loader what it consumed (Lightning's, through `resume_hook`) also sets
             # its epochs, and may call `iter()` again within one (Lightning does after a reload).
             self._finish_epoch()
-        elif restore is None and self._in_epoch and self._epoch_generator_state is not None:
-            # NOTE: Lightning iterates again within the epoch (after a reload): the epoch starts over from the
-            # generator state it started with, whatever the first iteration drew (workers prefetch indices).
-            restore = Position(self._epoch, generator_state=self._epoch_generator_state)
         self.end_of_dataloader = False
         epoch = self._epoch if restore is None or restore.epoch is None else restore.epoch
         self.set_epoch(epoch)
