@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from _datasets import Indices
 from _processes import on_processes
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
@@ -169,19 +170,6 @@ def dispatch(samples: int, batch_size: int, repeats: int) -> dict[str, Any]:
 
 
 # -- (c) time to first batch on resume ---------------------------------------------------------------
-class Indices(Dataset):
-    """Sample ``i`` is ``i``: a dataset of any length that costs nothing to hold."""
-
-    def __init__(self, length: int) -> None:
-        self.length = length
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> int:
-        return index
-
-
 def _shuffled(samples: int, batch_size: int) -> Callable[[], DataLoader]:
     """A user's shuffled loader over ``samples`` ids, the same order every time it is built."""
 

@@ -51,10 +51,11 @@ from typing import Any
 
 import torch
 import torch.distributed as real_dist
-from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._datasets import Indices  # noqa: E402
 from lightning_shard import BatchSamplerShard, ShardAudit, prepare_data_loader  # noqa: E402
 from lightning_shard.comm.gather import gather_in_process_order, merge_parts  # noqa: E402
 from lightning_shard.comm.tree import Node, flatten, is_tensor_tree, map_leaves  # noqa: E402
@@ -276,19 +277,6 @@ def measure(variants: dict[str, Callable[[], Any]], repeats: int) -> dict[str, t
             finally:
                 gc.enable()
     return {name: (statistics.median(times[name]), _peak_rise(run)) for name, run in variants.items()}
-
-
-class Indices(Dataset):
-    """``n`` samples, each its own index: loading costs nothing, so only the sharding is measured."""
-
-    def __init__(self, length: int) -> None:
-        self.length = length
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> int:
-        return index
 
 
 # -- the paths -------------------------------------------------------------------------------------------
