@@ -30,7 +30,14 @@ from lightning_shard.loaders.settings import (
 )
 from lightning_shard.loaders.state import LoaderState
 from lightning_shard.loaders.stream_replay import replayed_batches
-from lightning_shard.loaders.streams import PAD, SHORTEST, StreamRun, check_stream_state, native_sharding
+from lightning_shard.loaders.streams import (
+    PAD,
+    SHORTEST,
+    StreamRun,
+    check_stream_state,
+    drained_on_close,
+    native_sharding,
+)
 from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.native_stream import NativeStreamShard
@@ -272,14 +279,8 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
             following = _fetch(batches, agreement, progress.steps + 1)
             progress.end = following is _END
             progress.steps += 1
-            try:
+            with drained_on_close(agreement):
                 yield current
-            except GeneratorExit:
-                # NOTE: left before the end (Lightning stops after `len` batches): settle the started check,
-                # so no collective of ours is in flight when the process group goes down.
-                if agreement is not None:
-                    agreement.drain()
-                raise
             current = following
         self._finish_epoch()
 

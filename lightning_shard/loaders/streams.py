@@ -19,8 +19,9 @@ import itertools
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -169,15 +170,8 @@ class StreamRun:
             if agreement is not None:
                 agreement.start(share.exhausted, counts)
             step += 1
-            try:
+            with drained_on_close(agreement):
                 yield current
-            except GeneratorExit:
-                # NOTE: the loop left the epoch early (Lightning stops after `len` batches): settle the check
-                # every process started for the next batch, so no collective of ours is in flight when the
-                # process group goes down (a pending one can abort the process at exit).
-                if agreement is not None:
-                    agreement.drain()
-                raise
             current = following
         self._finish(agreement, share, current, counts, epoch, step - start, rows)
 
@@ -292,6 +286,26 @@ class _Share:
     def rest(self) -> Iterator[Any]:
         """What is left of the real pass (nothing once it ended)."""
         return iter(()) if self.exhausted else self.iterator
+
+
+class Drainable(Protocol):
+    """An end agreement whose started check can be waited for (``_Agreement``, ``shard._EndAgreement``)."""
+
+    def drain(self) -> None: ...
+
+
+@contextmanager
+def drained_on_close(agreement: Drainable | None) -> Iterator[None]:
+    """Around a generator's ``yield``: when the loop leaves the epoch early (Lightning stops after ``len``
+    batches) and the generator is closed, settle the check every process started for the next batch, so
+    no collective of ours is in flight when the process group goes down (a pending one can abort the
+    process at exit)."""
+    try:
+        yield
+    except GeneratorExit:
+        if agreement is not None:
+            agreement.drain()
+        raise
 
 
 class _Agreement:
