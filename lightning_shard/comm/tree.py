@@ -19,10 +19,6 @@ import torch
 _SCALARS = (str, bytes, int, float, bool, type(None))
 _CONTAINERS = ("dict", "list", "tuple", "namedtuple")
 
-SliceFn = Callable[..., Any]
-"""``slice_fn(batch, slice, process_index=, num_processes=) -> batch``: cuts a dispatched batch."""
-
-
 @dataclass(frozen=True)
 class Node:
     """One node of a batch's structure; ``kind`` is dict, list, tuple, namedtuple, tensor, seq or const."""

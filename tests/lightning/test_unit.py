@@ -18,7 +18,7 @@ from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from torch.utils.data import DataLoader
 
-from lightning_shard import ResumeHook, ShardOptimizer, ShardOptions, ShardScheduler, prepare_data_loader
+from lightning_shard import ShardOptimizer, ShardOptions, ShardScheduler, prepare_data_loader
 from lightning_shard.comm.gather import gather_in_process_order, keep_rows
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning import ShardDataModule, ShardEpochCallback, ShardStrategy
@@ -32,6 +32,7 @@ from lightning_shard.lightning.schedulers import (
     wrap_schedulers,
 )
 from lightning_shard.lightning.stages import stage_defaults
+from lightning_shard.loaders.position import ResumeHook
 from lightning_shard.loaders.state import encode_generator_state
 from lightning_shard.prepare import prepare_with_options
 from tests.helpers.lightning_app import Recorder, loader
