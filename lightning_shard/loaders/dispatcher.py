@@ -20,7 +20,7 @@ from lightning_shard.comm.tree import batch_length, concatenate, same_layout, se
 from lightning_shard.comm.wire import Channel, Status
 from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.position import Position, ShardingInfo
-from lightning_shard.loaders.resumable import ResumableLoader, Resumption, forward_epoch_of
+from lightning_shard.loaders.resumable import LoaderSource, ResumableLoader, Resumption
 from lightning_shard.loaders.settings import check_stateful_class, loader_settings, sampler_kind
 from lightning_shard.loaders.state import decode_generator_state
 from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader
@@ -316,11 +316,10 @@ class StatefulDataLoaderDispatcher(DataLoaderDispatcher, StatefulDataLoader):
     """``DataLoaderDispatcher`` backed by torchdata's ``StatefulDataLoader``; its state is the shard state."""
 
 
-class _DispatchSource:
+class _DispatchSource(LoaderSource):
     """Where a ``DataLoaderDispatcher``'s batches come from: the ``IndexSource`` of its ``Resumption``."""
 
-    def __init__(self, loader: DataLoaderDispatcher) -> None:
-        self.loader = loader
+    loader: DataLoaderDispatcher
 
     def sharding(self) -> ShardingInfo:
         loader, cursor = self.loader, self.loader.cursor
@@ -344,12 +343,6 @@ class _DispatchSource:
 
     def sampler(self) -> Any:
         return getattr(self.loader.cursor, "sampler", None)
-
-    def workers(self) -> int:
-        return int(self.loader.num_workers)
-
-    def set_epoch(self, epoch: int) -> None:
-        forward_epoch_of(self.loader, epoch)
 
     def length_after(self, base: int) -> int:
         loader, cursor = self.loader, self.loader.cursor

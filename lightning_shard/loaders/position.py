@@ -19,6 +19,7 @@ Mode = Literal["shard", "dispatch"]
 """How a loader shards: each process loads its own batches, or process 0 loads and sends slices."""
 
 
+@dataclass(slots=True)
 class Position:
     """Where an epoch stands: the loader's live position, or a restore applied at the next ``iter()``.
 
@@ -26,57 +27,30 @@ class Position:
     another sharding, which consumed ``base`` (batches of the user's loader, or elements of an iterable
     dataset). This process continues at its batch ``start`` of the current sharding of what is left.
 
-    NOTE: a plain slotted object, not a dataclass: the loader updates ``steps`` and ``end`` at every
-    batch, and an attribute set on a ``DataLoader`` goes through its slow Python-level ``__setattr__``.
+    NOTE: slotted: the loader updates ``steps`` and ``end`` at every batch, and an attribute set on a
+    ``DataLoader`` itself goes through its slow Python-level ``__setattr__``.
     """
 
-    __slots__ = (
-        "epoch",
-        "steps",
-        "base",
-        "base_steps",
-        "generator_state",
-        "sampler_seed",
-        "workers",
-        "in_epoch",
-        "end",
-    )
-
-    def __init__(
-        self,
-        epoch: int | None = 0,
-        steps: int = 0,
-        base: int = 0,
-        base_steps: int = 0,
-        generator_state: str | None = None,
-        sampler_seed: int | None = None,
-        workers: int | None = None,
-    ) -> None:
-        self.epoch = epoch
-        """The epoch; ``None`` in a restore that applies to whatever epoch the loader is at then."""
-        self.steps = steps
-        self.base = base
-        self.base_steps = base_steps
-        self.generator_state = generator_state
-        """The sampler's generator state at the start of the epoch (base64), if any."""
-        self.sampler_seed = sampler_seed
-        self.workers = workers
-        """The ``DataLoader`` workers this epoch is read with when not the loader's own: a stream's epoch
-        resumed under another ``num_workers`` finishes under the count it started with."""
-        self.in_epoch = False
-        """Whether an epoch is being iterated (``steps`` and the rest describe it)."""
-        self.end = False
-        """Whether the batch just yielded is the last of the epoch."""
+    epoch: int | None = 0
+    """The epoch; ``None`` in a restore that applies to whatever epoch the loader is at then."""
+    steps: int = 0
+    base: int = 0
+    base_steps: int = 0
+    generator_state: str | None = None
+    """The sampler's generator state at the start of the epoch (base64), if any."""
+    sampler_seed: int | None = None
+    workers: int | None = None
+    """The ``DataLoader`` workers this epoch is read with when not the loader's own: a stream's epoch
+    resumed under another ``num_workers`` finishes under the count it started with."""
+    in_epoch: bool = False
+    """Whether an epoch is being iterated (``steps`` and the rest describe it)."""
+    end: bool = False
+    """Whether the batch just yielded is the last of the epoch."""
 
     @property
     def start(self) -> int:
         """This process's batch number in the shard of what was left after ``base``."""
         return self.steps - self.base_steps
-
-    def copy(self, **changes: int | str | None) -> Position:
-        """A copy of this position's epoch fields, with ``changes``."""
-        fields = {name: getattr(self, name) for name in self.__slots__[:7]}
-        return Position(**{**fields, **changes})  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

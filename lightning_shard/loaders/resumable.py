@@ -12,6 +12,7 @@ import functools
 import inspect
 import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -37,31 +38,17 @@ if TYPE_CHECKING:
 
 
 class IndexSource(Protocol):
-    """What a ``Resumption`` asks of the loader it serves: where its batches come from."""
+    """What a ``Resumption`` asks of the loader it serves: its ``sharding()``; the ``generator()`` the epoch's
+    order is drawn from and the index ``sampler()`` under its batch sampler, if any; its own ``workers()``
+    (``num_workers``); ``set_epoch(epoch)``, passed to its index source; and ``length_after(base)``, this
+    process's batches in an epoch of which ``base`` units were consumed before it began."""
 
-    def sharding(self) -> ShardingInfo:
-        """The sharding the loader applies."""
-        ...
-
-    def generator(self) -> torch.Generator | None:
-        """The generator the epoch's order is drawn from, if any."""
-        ...
-
-    def sampler(self) -> Any:
-        """The index sampler under the loader's batch sampler, if any."""
-        ...
-
-    def workers(self) -> int:
-        """The loader's own ``num_workers``."""
-        ...
-
-    def set_epoch(self, epoch: int) -> None:
-        """Pass ``epoch`` to the index source, or to a dataset that takes one."""
-        ...
-
-    def length_after(self, base: int) -> int:
-        """This process's batches in an epoch of which ``base`` units were consumed before it began."""
-        ...
+    def sharding(self) -> ShardingInfo: ...
+    def generator(self) -> torch.Generator | None: ...
+    def sampler(self) -> Any: ...
+    def workers(self) -> int: ...
+    def set_epoch(self, epoch: int) -> None: ...
+    def length_after(self, base: int) -> int: ...
 
 
 class Resumption:
@@ -103,12 +90,6 @@ class Resumption:
     def steps_taken(self) -> int:
         """Batches yielded in the epoch in progress, counting those skipped or taken before a restore."""
         return self.position.steps if self.position.in_epoch else 0
-
-    @property
-    def reading_workers(self) -> int:
-        """The ``DataLoader`` workers the epoch in progress is read with."""
-        workers = self.position.workers
-        return self.source.workers() if workers is None else workers
 
     def length(self) -> int:
         """Steps of the epoch in progress (or the next), counting those taken before a resume."""
@@ -185,13 +166,14 @@ class Resumption:
         """
         pending, seed = self.pending, self.sampler_seed()
         if pending is not None:
-            return pending.copy(
+            return replace(
+                pending,
                 epoch=self.epoch if pending.epoch is None else pending.epoch,
                 generator_state=pending.generator_state or encode_generator_state(self.source.generator()),
                 sampler_seed=pending.sampler_seed or seed,
             )
         if self.position.in_epoch:
-            return self.position.copy(sampler_seed=seed)
+            return replace(self.position, sampler_seed=seed)
         return Position(
             self.epoch, generator_state=encode_generator_state(self.source.generator()), sampler_seed=seed
         )
@@ -219,7 +201,7 @@ class Resumption:
         workers = self.source.workers() if position.workers is None else position.workers
         return LoaderState(
             info,
-            position.copy(epoch=position.epoch or 0, steps=steps, workers=workers),
+            replace(position, epoch=position.epoch or 0, steps=steps, workers=workers),
             consumed=position.base + (steps - position.base_steps) * info.step_size,
             world_size=world_size() if is_distributed() else None,
             streams=None if self.stream is None else self.stream.entries(steps),
@@ -250,7 +232,7 @@ class Resumption:
         # NOTE: another number of processes continues after everything consumed, its steps counted as taken.
         base, base_steps = (saved.consumed, at.steps) if resharded else (at.base, at.base_steps)
         workers = _stream_epoch_workers(saved, info, self.source.workers())
-        self.pending = at.copy(base=base, base_steps=base_steps, workers=workers)
+        self.pending = replace(at, base=base, base_steps=base_steps, workers=workers)
         self.position.epoch = at.epoch
         if resharded and self.resume_hook is not None:
             self.resume_hook.resharded(saved)
@@ -427,15 +409,23 @@ class ResumableLoader(DataLoader):
         self.resumption.load_state_dict(state_dict)
 
 
-def forward_epoch_of(loader: ResumableLoader, epoch: int) -> None:
-    """Pass ``epoch`` to the loader's index source, or to a dataset that takes one."""
-    cursor, dataset = loader.cursor, loader.dataset
-    if cursor is not None:
-        cursor.set_epoch(epoch)
-    elif callable(getattr(dataset, "set_epoch", None)):
-        dataset.set_epoch(epoch)  # type: ignore[attr-defined]
-    else:
-        forward_epoch(loader.batch_sampler, epoch)
+class LoaderSource:
+    """The ``IndexSource`` methods both loaders' sources share (each adds the rest)."""
+
+    def __init__(self, loader: ResumableLoader) -> None:
+        self.loader = loader
+
+    def workers(self) -> int:
+        return int(self.loader.num_workers)
+
+    def set_epoch(self, epoch: int) -> None:
+        cursor, dataset = self.loader.cursor, self.loader.dataset
+        if cursor is not None:
+            cursor.set_epoch(epoch)
+        elif callable(getattr(dataset, "set_epoch", None)):
+            dataset.set_epoch(epoch)  # type: ignore[attr-defined]
+        else:
+            forward_epoch(self.loader.batch_sampler, epoch)
 
 
 def _asks_stateful(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

@@ -21,7 +21,7 @@ from lightning_shard.comm.topology import Topology
 from lightning_shard.comm.tree import batch_length, send_to_device
 from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.position import Position, ShardingInfo
-from lightning_shard.loaders.resumable import ResumableLoader, Resumption, forward_epoch_of
+from lightning_shard.loaders.resumable import LoaderSource, ResumableLoader, Resumption
 from lightning_shard.loaders.settings import (
     STRIDED_STREAM,
     check_stateful_class,
@@ -118,7 +118,8 @@ class DataLoaderShard(ResumableLoader):
             )
 
     def _seek_stream(self, shard: IterableDatasetShard, position: Position) -> None:
-        workers, start, base = self.resumption.reading_workers, position.start, position.base
+        start, base = position.start, position.base
+        workers = self.num_workers if position.workers is None else position.workers
         if base and workers > 0:
             # NOTE: another number of processes read part of this epoch with workers: replay the epoch's
             # order (`loaders/stream_replay.py`); skipping inside each worker would skip the wrong elements.
@@ -221,11 +222,10 @@ class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
     """
 
 
-class _ShardSource:
+class _ShardSource(LoaderSource):
     """Where a ``DataLoaderShard``'s batches come from: the ``IndexSource`` of its ``Resumption``."""
 
-    def __init__(self, loader: DataLoaderShard) -> None:
-        self.loader = loader
+    loader: DataLoaderShard
 
     @property
     def _shard(self) -> Any:
@@ -267,12 +267,6 @@ class _ShardSource:
 
     def sampler(self) -> Any:
         return getattr(self._shard, "sampler", None)
-
-    def workers(self) -> int:
-        return int(self.loader.num_workers)
-
-    def set_epoch(self, epoch: int) -> None:
-        forward_epoch_of(self.loader, epoch)
 
     def length_after(self, base: int) -> int:
         loader, dataset = self.loader, self.loader.dataset

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import base64
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, get_args
 
 import torch
 
-from lightning_shard.loaders.position import Position, ShardingInfo
+from lightning_shard.loaders.position import Mode, Position, ShardingInfo
 from lightning_shard.loaders.settings import NATIVE_STREAM_KINDS, STRIDED_STREAM
 from lightning_shard.sampling.litdata_stream import LITDATA_REASON, is_litdata
 
@@ -25,35 +25,12 @@ READABLE_VERSIONS = (1, 2)
 
 _POSITION_KEYS = ("epoch", "steps", "base", "base_steps", "generator_state", "sampler_seed")
 _KEYS = (
-    "mode",
-    "epoch",
-    "steps",
-    "base",
-    "consumed",
-    "num_processes",
-    "split_batches",
-    "even_batches",
-    "drop_last",
-    "batch_size",
-    "dataset_length",
-    "generator_state",
-    "sampler_seed",
-    "base_steps",
-    "world_size",
-    "num_workers",
-    "sampler",
-    "streams",
-)
+    "mode epoch steps base consumed num_processes split_batches even_batches drop_last batch_size dataset_length "
+    "generator_state sampler_seed base_steps world_size num_workers sampler streams"
+).split()
 """The saved keys, in the order they are written (after ``format`` and ``version``)."""
-_OPTIONAL = {
-    "generator_state": None,
-    "sampler_seed": None,
-    "base_steps": 0,
-    "world_size": None,
-    "num_workers": 0,
-    "sampler": None,
-    "streams": None,
-}
+_OPTIONAL = dict.fromkeys(("generator_state", "sampler_seed", "world_size", "sampler", "streams"))
+_OPTIONAL.update(base_steps=0, num_workers=0)
 
 
 @dataclass(frozen=True)
@@ -139,12 +116,9 @@ def check_resumable(state: Any, here: ShardingInfo, dataset: Any = None) -> Load
         ValueError: on a malformed state or another version (``LoaderState.from_dict``), or a state
             saved with other settings, or saved mid-epoch in a way this loader cannot continue.
     """
-    saved = LoaderState.from_dict(state)
-    there, mid_epoch, resharded = (
-        saved.sharding,
-        saved.position.steps > 0,
-        saved.sharding.num_processes != here.num_processes,
-    )
+    saved = LoaderState.from_dict(state)  # NOTE: refuses another format or version, then each bad value.
+    there, at = saved.sharding, saved.position
+    mid_epoch, resharded = at.steps > 0, there.num_processes != here.num_processes
     native = there.sampler in NATIVE_STREAM_KINDS or here.sampler in NATIVE_STREAM_KINDS
     for name in ("mode", "dataset_length", "batch_size", "split_batches", "drop_last"):
         _refuse_other_setting(name, getattr(there, name), getattr(here, name))
@@ -154,12 +128,8 @@ def check_resumable(state: Any, here: ShardingInfo, dataset: Any = None) -> Load
         raise ValueError(_OTHER_STREAM_SHARDING.format(saved=there.sampler, here=here.sampler))
     if mid_epoch and native and resharded:
         raise ValueError(_other_shares(there.num_processes, here.num_processes, dataset))
-    if resharded and there.sampler == STRIDED_STREAM and saved.position.base and saved.position.workers:
-        raise ValueError(
-            _SECOND_REPLAY.format(
-                epoch=saved.position.epoch, workers=saved.position.workers, n=there.num_processes
-            )
-        )
+    if resharded and there.sampler == STRIDED_STREAM and at.base and at.workers:
+        raise ValueError(_SECOND_REPLAY.format(epoch=at.epoch, workers=at.workers, n=there.num_processes))
     return saved
 
 
@@ -238,7 +208,7 @@ def _valid(name: str, value: Any) -> bool:
     if name in _FLAGS:
         return isinstance(value, bool)
     if name == "mode":
-        return value in ("shard", "dispatch")
+        return value in get_args(Mode)
     if name == "sampler_seed":
         return value is None or is_int
     if name == "streams":
