@@ -395,8 +395,8 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
         TypeError / ValueError: if ``dataloader`` is not a ``DataLoader`` or ``num_batches < 0``.
     """
     check_non_negative("num_batches", num_batches)
-    if isinstance(dataloader, ResumableLoader):
-        skipped = dataloader.fresh_copy()  # type: ignore[attr-defined]
+    if isinstance(dataloader, (DataLoaderShard, DataLoaderDispatcher)):
+        skipped = dataloader.fresh_copy()
         skipped.resumption.skip(num_batches, dataloader.epoch)
         return skipped
     _check_loader(dataloader)

@@ -108,7 +108,7 @@ class DataLoaderShard(ResumableLoader):
         if cursor is not None:
             cursor.rewind(start, base)
         elif isinstance(self.dataset, NativeStreamShard):
-            return  # NOTE: its `StreamRun` skips; `check_stream_state` refused a `base` (another process count).
+            return  # NOTE: its `StreamRun` skips; `check_resumable` refused a `base` (another process count).
         elif isinstance(self.dataset, IterableDatasetShard):
             self._seek_stream(self.dataset, position)
         elif start or base:
