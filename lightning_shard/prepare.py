@@ -11,8 +11,8 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Itera
 from lightning_shard._checks import check_non_negative, check_split_batch_size
 from lightning_shard.comm.collectives import broadcast_object, is_distributed, world_size
 from lightning_shard.comm.topology import Topology, resolve_topology
+from lightning_shard.loaders.base import ResumableLoader
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
-from lightning_shard.loaders.resumable import ResumableLoader
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
 from lightning_shard.loaders.streams import PAD, SHORTEST

@@ -18,9 +18,10 @@ from lightning_shard.comm.collectives import communication_device, is_distribute
 from lightning_shard.comm.topology import Topology, resolve_topology
 from lightning_shard.comm.tree import batch_length, concatenate, same_layout, send_to_device, slice_batch
 from lightning_shard.comm.wire import Channel, Status
+from lightning_shard.loaders.base import LoaderSource, ResumableLoader
 from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.position import Position, ShardingInfo
-from lightning_shard.loaders.resumable import LoaderSource, ResumableLoader, Resumption
+from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.settings import check_stateful_class, loader_settings, sampler_kind
 from lightning_shard.loaders.state import decode_generator_state
 from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader

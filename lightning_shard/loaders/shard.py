@@ -19,9 +19,10 @@ from lightning_shard.comm.collectives import all_gather_objects, communication_d
 from lightning_shard.comm.rng import normalize_rng_types, synchronize_rng_states
 from lightning_shard.comm.topology import Topology
 from lightning_shard.comm.tree import batch_length, send_to_device
+from lightning_shard.loaders.base import LoaderSource, ResumableLoader
 from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.position import Position, ShardingInfo
-from lightning_shard.loaders.resumable import LoaderSource, ResumableLoader, Resumption
+from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.settings import (
     STRIDED_STREAM,
     check_stateful_class,

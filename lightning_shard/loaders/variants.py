@@ -10,8 +10,8 @@ import functools
 
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from lightning_shard.loaders.base import ResumableLoader
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher, StatefulDataLoaderDispatcher
-from lightning_shard.loaders.resumable import ResumableLoader
 from lightning_shard.loaders.shard import DataLoaderShard, StatefulDataLoaderShard
 
 _BUILT_IN: dict[type, type] = {
