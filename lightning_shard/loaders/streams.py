@@ -1,19 +1,14 @@
-"""Streams whose processes may run out at different steps: one end agreement, four ways to end
-(docs/DESIGN.md, "Streaming data" and "No hangs").
+"""Streams: one end agreement, four ways to end (docs/DESIGN.md, "Streaming data", "No hangs").
 
-Each fetch starts, one batch ahead and asynchronously, an all-reduce that is waited for only before that
-batch is yielded, so its latency overlaps the step on the batch before. A check at the end of the epoch
-would come too late: after a step one process takes alone, pairing with that step's collectives (gloo
-aborts on such a mismatch). What it carries and what happens at the first end is the ``stream_ends``
-policy:
+Each fetch starts, one batch ahead and asynchronously, an all-reduce waited for only before that batch is
+yielded (its latency overlaps the step on the batch before; a check at the epoch's end would pair with
+the collectives of a step one process takes alone). What it carries and does is the ``stream_ends`` policy:
 
-- ``"same"`` (a strided stream with ``even_batches=True``): every process reads the whole stream, so all
-  end at the same step. One int, how many processes ended here; if only some did, the stream differs
-  between processes and every process raises at once.
-- ``"pad"`` (a native share with ``even_batches=True``): a ``3 x N`` vector (which processes' streams have
-  ended, and how many real and padding samples each yielded so far), so every process also knows the
-  others' positions when the state is saved, without a collective. A process whose stream ended continues
-  from the start of its share until every stream has ended; the epoch ends on all at the same step.
+- ``"same"`` (strided, ``even_batches=True``): every process reads the whole stream, so all end at the same
+  step. One int: how many ended here; if only some did, every process raises at once.
+- ``"pad"`` (native, ``even_batches=True``): a ``3 x N`` vector, which processes' streams have ended and
+  how many real and padding samples each yielded (so the state needs no collective). A process whose
+  stream ended continues from the start of its share until every stream has ended.
 - ``"shortest"`` (``even_batches=False``): the same vector; every process stops at the first end; the
   others count what they leave unseen (by reading it: a stream has no length) and rank 0 reports it.
 - ``"own"`` (predict): no agreement; each process reads its share to its end.
@@ -96,11 +91,7 @@ class StreamRun:
         num_processes, process_index: ``N`` and ``r``.
         resumable: whether the loader itself skips batches on resume (native shares; a strided
             stream skips inside ``IterableDatasetShard``).
-        spans_group: whether every rank of the default group iterates this stream (then the ends can be
-            agreed on).
-
-    Raises:
-        ValueError: on another ``stream_ends``.
+        spans_group: whether every rank of the default group iterates it (then the ends can be agreed on).
     """
 
     def __init__(
@@ -169,12 +160,8 @@ class StreamRun:
         progress: Progress,
         move: Callable[[Any], Any] | None,
     ) -> Iterator[Any]:
-        """This process's batches of one epoch, ending on every process at the same step (but ``"own"``).
-
-        ``first`` continues the epoch where it resumes, ``restart`` reads it again from its start (padding),
-        ``rows`` counts a batch's samples; ``progress`` (the loader's) is counted at each batch, and ``move``
-        (to the device) applied to a batch before the next one is fetched.
-        """
+        """This process's batches of one epoch (``restart``: a pass from its start), ending on every process
+        at the same step but under ``"own"``; counts ``progress``; ``move`` is applied before the next fetch."""
         share = _Share(first, restart, self._skip, self.ended_at[self.process_index])
         self._paddings.clear()
         same = self.stream_ends == SAME
@@ -248,16 +235,11 @@ class StreamRun:
         steps: int,
         rows: Callable[[Any], int],
     ) -> None:
-        size = self.num_processes
-        vector = self._last_vector if agreement is not None else None
-        read = (
-            tuple(vector[size : 2 * size])
-            if vector is not None
-            else _mine(counts[0], self.process_index, size)
-        )
-        padded = (
-            tuple(vector[2 * size :]) if vector is not None else _mine(counts[1], self.process_index, size)
-        )
+        size, vector = self.num_processes, self._last_vector
+        if agreement is not None and vector is not None:
+            read, padded = tuple(vector[size : 2 * size]), tuple(vector[2 * size :])
+        else:
+            read, padded = (tuple(n if r == self.process_index else 0 for r in range(size)) for n in counts)
         unseen = None
         if self.stream_ends == SHORTEST and agreement is not None:
             unseen = self._unseen(share, current, rows)
@@ -283,8 +265,7 @@ class StreamRun:
 
 
 def _all_ended(count: int, ended_here: bool, step: int) -> bool:
-    """``"same"``: whether the stream ended at ``step`` on all ``count`` processes; raises on every process
-    when it ended on some only (their whole streams differ)."""
+    """``"same"``: whether the stream ended on all ``count`` processes; raises on all if only some."""
     world = dist.get_world_size()
     if 0 < count < world:
         ended_on = [rank for rank, done in enumerate(all_gather_objects(ended_here)) if done]
@@ -296,10 +277,6 @@ def _all_ended(count: int, ended_here: bool, step: int) -> bool:
             "`DataLoader` without `prepare_data_loader`."
         )
     return count > 0
-
-
-def _mine(count: int, rank: int, size: int) -> tuple[int, ...]:
-    return tuple(count if other == rank else 0 for other in range(size))
 
 
 class _Share:
