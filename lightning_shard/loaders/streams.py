@@ -20,7 +20,6 @@ import itertools
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias, get_args
 
@@ -192,8 +191,16 @@ class StreamRun:
             progress.steps += 1
             # NOTE: under "same" a stream that ended here ended on every process (else the next check raises).
             progress.end = same and following is _END
-            with drained_on_close(agreement):
+            try:
                 yield current
+            except GeneratorExit:
+                # NOTE: the loop left the epoch early (Lightning stops after `len` batches): settle the check
+                # every process started for the next batch, so no collective of ours is in flight when the
+                # group goes down (a pending one can abort the process at exit). Not a context manager: one
+                # per batch costs microseconds.
+                if agreement is not None:
+                    agreement.drain()
+                raise
             current = following
         if not same:
             self._finish(agreement, share, current, counts, epoch, progress.steps - start, rows)
@@ -317,20 +324,6 @@ class _Share:
     def rest(self) -> Iterator[Any]:
         """What is left of the real pass (nothing once it ended)."""
         return iter(()) if self.exhausted else self.iterator
-
-
-@contextmanager
-def drained_on_close(agreement: _Agreement | None) -> Iterator[None]:
-    """Around a generator's ``yield``: when the loop leaves the epoch early (Lightning stops after ``len``
-    batches) and the generator is closed, settle the check every process started for the next batch, so
-    no collective of ours is in flight when the process group goes down (a pending one can abort the
-    process at exit)."""
-    try:
-        yield
-    except GeneratorExit:
-        if agreement is not None:
-            agreement.drain()
-        raise
 
 
 class _Agreement:
