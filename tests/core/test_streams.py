@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from torch.utils.data import DataLoader
 
-from lightning_shard import prepare_data_loader
+from lightning_shard import DataLoaderShard, NativeStreamShard, prepare_data_loader
 from lightning_shard.loaders.state import LoaderState
 from lightning_shard.sampling.native_stream import (
     StreamShardingWarning,
@@ -57,6 +57,26 @@ def test_native_refused_where_it_cannot_apply() -> None:
         choose_stream_sharding(RankSplitIdStream(id_shards(LENGTHS)), "stride", 2)
     with pytest.raises(ValueError, match=r"`iterable_sharding` must be one of"):
         prepare_data_loader(DataLoader(IdStream(8)), iterable_sharding="natively")
+
+
+def test_stream_kinds_and_ends_are_checked() -> None:
+    """A share is built with the kind its state records (0.2's "native" is refused, not read as "self"), and
+    "same" (all must end together) is a strided stream's policy only."""
+    shardable = IdShardsStream(id_shards(LENGTHS))
+    assert NativeStreamShard(shardable, "native-stream", 2, 1).share is not shardable
+    with pytest.raises(
+        ValueError, match=r"`kind` must be 'native-stream' or 'self-split-stream', got 'native'"
+    ):
+        NativeStreamShard(shardable, "native", 2, 0)
+    with pytest.raises(
+        ValueError, match=r"`stream_ends` must be one of \['pad', 'shortest', 'own'\], got 'same'"
+    ):
+        DataLoaderShard(NativeStreamShard(shardable, "native-stream", 2, 0), stream_ends="same")
+    strided = prepare_data_loader(DataLoader(IdStream(8), batch_size=2), num_processes=2, process_index=0)
+    assert strided.stream is not None and (strided.stream.stream_ends, strided.stream.uneven) == (
+        "same",
+        False,
+    )
 
 
 class _ListShards(IdShardsStream):
