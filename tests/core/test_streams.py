@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 from torch.utils.data import DataLoader
 
-from lightning_shard import DataLoaderShard, NativeStreamShard, prepare_data_loader
+from lightning_shard import prepare_data_loader
+from lightning_shard.loaders.shard import DataLoaderShard
 from lightning_shard.loaders.state import LoaderState
 from lightning_shard.sampling.native_stream import (
+    NativeStreamShard,
     StreamShardingWarning,
     choose_stream_sharding,
     splits_by_rank,
@@ -73,10 +75,8 @@ def test_stream_kinds_and_ends_are_checked() -> None:
     ):
         DataLoaderShard(NativeStreamShard(shardable, "native-stream", 2, 0), stream_ends="same")
     strided = prepare_data_loader(DataLoader(IdStream(8), batch_size=2), num_processes=2, process_index=0)
-    assert strided.stream is not None and (strided.stream.stream_ends, strided.stream.uneven) == (
-        "same",
-        False,
-    )
+    stream = strided.stream
+    assert stream is not None and (stream.stream_ends, stream.uneven) == ("same", False)
 
 
 class _ListShards(IdShardsStream):
