@@ -24,6 +24,7 @@ from lightning_shard.lightning.stages import is_shard_loader
 from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_with_options
 from lightning_shard.sampling.balance import EvenBatches
+from lightning_shard.sampling.native_stream import IterableSharding
 
 
 class ShardFabricStrategy(DDPStrategy):
@@ -68,7 +69,7 @@ class ShardFabricStrategy(DDPStrategy):
         non_blocking: bool = False,
         use_stateful_dataloader: bool = False,
         slice_fn_for_dispatch: Callable[..., Any] | None = None,
-        iterable_sharding: str = "auto",
+        iterable_sharding: IterableSharding = "auto",
         scalable_shuffle: bool = False,
         **kwargs: Any,
     ) -> None:

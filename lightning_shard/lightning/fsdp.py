@@ -20,6 +20,7 @@ from torch.nn import Module
 from lightning_shard.lightning.sharding import ShardingMixin
 from lightning_shard.options import ShardOptions, StrategyOptions
 from lightning_shard.sampling.balance import EvenBatches
+from lightning_shard.sampling.native_stream import IterableSharding
 
 WrapPolicy = set[type[Module]] | Callable[[Module, bool, int], bool] | ModuleWrapPolicy
 """What ``FSDPStrategy`` takes as ``auto_wrap_policy`` / ``activation_checkpointing_policy``."""
@@ -83,7 +84,7 @@ class ShardFSDPStrategy(ShardingMixin, FSDPStrategy):
         non_blocking: bool = False,
         use_stateful_dataloader: bool = False,
         slice_fn_for_dispatch: Callable[..., Any] | None = None,
-        iterable_sharding: str = "auto",
+        iterable_sharding: IterableSharding = "auto",
         scalable_shuffle: bool = False,
         step_scheduler_with_optimizer: bool = True,
         audit: bool = False,

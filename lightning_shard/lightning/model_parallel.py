@@ -14,6 +14,7 @@ from lightning_shard.comm.topology import Topology, mesh_topology
 from lightning_shard.lightning.sharding import ShardingMixin
 from lightning_shard.options import ShardOptions, StrategyOptions
 from lightning_shard.sampling.balance import EvenBatches
+from lightning_shard.sampling.native_stream import IterableSharding
 
 
 class ShardModelParallelStrategy(ShardingMixin, ModelParallelStrategy):
@@ -66,7 +67,7 @@ class ShardModelParallelStrategy(ShardingMixin, ModelParallelStrategy):
         non_blocking: bool = False,
         use_stateful_dataloader: bool = False,
         slice_fn_for_dispatch: Callable[..., Any] | None = None,
-        iterable_sharding: str = "auto",
+        iterable_sharding: IterableSharding = "auto",
         scalable_shuffle: bool = False,
         step_scheduler_with_optimizer: bool = True,
         audit: bool = False,

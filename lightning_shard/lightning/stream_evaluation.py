@@ -29,7 +29,8 @@ def take_stream_padding(loader: Any) -> int:
 
 def is_stream_loader(loader: Any) -> bool:
     """Whether ``loader`` iterates a stream that may end unevenly across processes."""
-    return getattr(loader, "stream", None) is not None
+    stream = getattr(loader, "stream", None)
+    return stream is not None and stream.uneven
 
 
 def gather_stream_for_metrics(data: Any, padding: int, sources: Sequence[int] | None = None) -> Any:
