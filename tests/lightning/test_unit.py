@@ -21,7 +21,14 @@ from torch.utils.data import DataLoader
 from lightning_shard import ResumeHook, ShardOptimizer, ShardOptions, ShardScheduler, prepare_data_loader
 from lightning_shard.comm.gather import gather_in_process_order, keep_rows
 from lightning_shard.comm.topology import Topology
-from lightning_shard.lightning import ShardDataModule, ShardEpochCallback, ShardStrategy
+from lightning_shard.lightning import (
+    ShardDataModule,
+    ShardEpochCallback,
+    ShardFSDPStrategy,
+    ShardingHooks,
+    ShardModelParallelStrategy,
+    ShardStrategy,
+)
 from lightning_shard.lightning.checkpoints import LightningResumeHook
 from lightning_shard.lightning.plan import plan_for
 from lightning_shard.lightning.prediction import merge_in_order
@@ -31,6 +38,7 @@ from lightning_shard.lightning.schedulers import (
     wrap_optimizers,
     wrap_schedulers,
 )
+from lightning_shard.lightning.sharding import StrategySharding
 from lightning_shard.lightning.stages import stage_defaults
 from lightning_shard.loaders.state import encode_generator_state
 from lightning_shard.prepare import prepare_with_options
@@ -61,6 +69,16 @@ def test_options_and_ddp_arguments_pass_through() -> None:
     assert strategy._ddp_kwargs == {"find_unused_parameters": True}
     assert strategy._timeout == timedelta(seconds=7)
     assert ShardStrategy(rng_types=None).options.rng_types is None
+
+
+@pytest.mark.parametrize("strategy", [ShardStrategy, ShardModelParallelStrategy, ShardFSDPStrategy])
+def test_every_strategy_holds_one_sharding_and_delegates_to_it(strategy: type[ShardingHooks]) -> None:
+    built = strategy(data_seed=3, audit=True)
+    assert isinstance(built._sharding, StrategySharding) and built._sharding._strategy is built
+    assert built.options is built._sharding.options and built.options.data_seed == 3
+    assert built.strategy_options.audit and built.audits == [] and built.shard_plan is None
+    with pytest.raises(RuntimeError, match=f"`{strategy.__name__}` is not connected to a trainer yet"):
+        assert built.estimated_scheduler_steps
 
 
 def test_bad_options_are_refused() -> None:
