@@ -1,4 +1,4 @@
-"""The callback ``ShardStrategy`` adds to its trainer: it keeps the training loaders' epoch in step, and
+"""The callback every ``Shard*`` strategy adds to its trainer: it keeps the training loaders' epoch in step, and
 reports each epoch of a stream (docs/DESIGN.md, "Streaming data")."""
 
 from __future__ import annotations

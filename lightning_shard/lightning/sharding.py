@@ -105,7 +105,10 @@ class StrategySharding:
         self._rounds = TrainingLoaderRounds()
         self._epoch_callback = ShardEpochCallback(self._rounds)
         self._audit = ShardAuditCallback(raise_on_problem=strategy_options.audit_raise)
-        predictions = PredictionGatherer(lambda: self.topology, self._predict_split_batches)
+        self.stream_reports: list[StreamReport] = self._epoch_callback.stream_reports
+        self.audits: list[EpochAudit] = self._audit.audits
+        # NOTE: bound methods, not lambdas: a strategy is pickled into the processes `"shard_spawn"` starts.
+        predictions = PredictionGatherer(strategy.data_parallel_topology, self._predict_split_batches)
         self.callbacks: list[Callback] = [self._epoch_callback]
         """The callbacks ``connect`` adds to the trainer."""
         self.callbacks += [self._audit] if strategy_options.audit else []
@@ -146,16 +149,6 @@ class StrategySharding:
                 "`max_epochs=-1`. Set `max_steps` (or `max_epochs`) on the `Trainer`."
             )
         return int(total) * self.scheduler_scaling.factor
-
-    @property
-    def stream_reports(self) -> list[StreamReport]:
-        """Each finished training epoch's report of a stream."""
-        return self._epoch_callback.stream_reports
-
-    @property
-    def audits(self) -> list[EpochAudit]:
-        """The audit of each training epoch so far (none without ``audit=True``)."""
-        return self._audit.audits
 
     def options_for(self, stage: str) -> ShardOptions:
         """The options of ``stage``'s loaders: the strategy's, then the datamodule's overrides."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -79,6 +80,9 @@ def test_every_strategy_holds_one_sharding_and_delegates_to_it(strategy: type[Sh
     assert built.strategy_options.audit and built.audits == [] and built.shard_plan is None
     with pytest.raises(RuntimeError, match=f"`{strategy.__name__}` is not connected to a trainer yet"):
         assert built.estimated_scheduler_steps
+    # NOTE: `"shard_spawn"` pickles the strategy into the processes it starts.
+    copy = pickle.loads(pickle.dumps(built))
+    assert copy._sharding._strategy is copy and copy.options == built.options
 
 
 def test_bad_options_are_refused() -> None:
