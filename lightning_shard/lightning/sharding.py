@@ -10,7 +10,7 @@ Fabric's ``DDPStrategy`` holds a ``_DDPBackwardSyncControl`` (docs/DESIGN.md, "L
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
 import lightning.pytorch as pl
@@ -204,7 +204,7 @@ class StrategySharding:
         wrapped = wrap_optimizers(optimizers)
         return wrapped, wrap_schedulers(configs, wrapped, self.scheduler_scaling)
 
-    def stepping(self, optimizer: Optimizer, precision_plugin: object) -> Any:
+    def stepping(self, optimizer: Optimizer, precision_plugin: object) -> AbstractContextManager[Any]:
         """A context for one optimizer step: a ``ShardOptimizer`` under AMP learns whether the step was skipped."""
         scaler = getattr(precision_plugin, "scaler", None)
         if isinstance(optimizer, ShardOptimizer) and isinstance(scaler, torch.amp.GradScaler):

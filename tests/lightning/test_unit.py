@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import pickle
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from torch.utils.data import DataLoader
 
+import lightning_shard.lightning
 from lightning_shard import ResumeHook, ShardOptimizer, ShardOptions, ShardScheduler, prepare_data_loader
 from lightning_shard.comm.gather import gather_in_process_order, keep_rows
 from lightning_shard.comm.topology import Topology
@@ -83,6 +85,28 @@ def test_every_strategy_holds_one_sharding_and_delegates_to_it(strategy: type[Sh
     # NOTE: `"shard_spawn"` pickles the strategy into the processes it starts.
     copy = pickle.loads(pickle.dumps(built))
     assert copy._sharding._strategy is copy and copy.options == built.options
+
+
+def test_the_adapter_modules_import_no_circle() -> None:
+    """Including imports under ``TYPE_CHECKING``: a module that needs its user gets what it needs passed in."""
+    folder = Path(lightning_shard.lightning.__file__).parent
+    imports: dict[str, set[str]] = {}
+    for path in folder.glob("*.py"):
+        names = {
+            node.module.rsplit(".", 1)[-1]
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom)
+            and (node.module or "").startswith("lightning_shard.lightning.")
+        }
+        imports[path.stem] = names
+
+    def reaches(start: str, seen: set[str]) -> set[str]:
+        for name in imports.get(start, set()) - seen:
+            seen.add(name)
+            reaches(name, seen)
+        return seen
+
+    assert [module for module in imports if module in reaches(module, set())] == []
 
 
 def test_bad_options_are_refused() -> None:
