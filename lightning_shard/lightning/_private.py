@@ -1,4 +1,6 @@
-"""The only places where the adapter touches private Lightning names, one function each.
+"""The only places where the adapter touches private Lightning names, the loops' internals and the
+trainer's state Lightning does not offer for changing (its callback list, a setting kept as an
+attribute), one function each.
 
 Each function says why no public hook would do; ``tests/lightning/test_private.py`` fails as soon as a
 Lightning release renames or changes one of them.
@@ -151,8 +153,7 @@ def add_callbacks_before_checkpoints(trainer: pl.Trainer, callbacks: Sequence[Ca
 
 def training_batches_ready(trainer: pl.Trainer) -> tuple[int, bool]:
     """The training batches of the epoch Lightning counts as ready, and whether the last was the epoch's last."""
-    # NOTE: the fit loop's progress counters are what Lightning saves and restores its position from;
-    # no public property exposes them (`trainer.fit_loop.epoch_loop.batch_idx` lags by one in a step).
+    # NOTE: the fit loop's progress counters, which Lightning saves and restores; no public property has them.
     progress = trainer.fit_loop.epoch_loop.batch_progress
     return progress.current.ready, progress.is_last_batch
 
