@@ -19,6 +19,7 @@ import torch
 _SCALARS = (str, bytes, int, float, bool, type(None))
 _CONTAINERS = ("dict", "list", "tuple", "namedtuple")
 
+
 @dataclass(frozen=True)
 class Node:
     """One node of a batch's structure; ``kind`` is dict, list, tuple, namedtuple, tensor, seq or const."""
