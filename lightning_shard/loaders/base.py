@@ -96,7 +96,8 @@ class ResumableLoader(DataLoader):
     @property
     def steps_taken(self) -> int:
         """Batches yielded in the epoch in progress, counting those skipped or taken before a restore."""
-        return self.resumption.steps_taken
+        position = self.resumption.position
+        return position.steps if position.in_epoch else 0
 
     @property
     def epoch(self) -> int:

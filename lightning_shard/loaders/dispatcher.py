@@ -323,8 +323,7 @@ class _DispatchSource(LoaderSource):
     loader: DataLoaderDispatcher
 
     def sharding(self) -> ShardingInfo:
-        loader, cursor = self.loader, self.loader.cursor
-        dataset = loader.dataset
+        loader, cursor, dataset = self.loader, self.loader.cursor, self.loader.dataset
         return ShardingInfo(
             mode="dispatch",
             num_processes=loader.num_processes,

@@ -31,10 +31,9 @@ if TYPE_CHECKING:
 
 
 class IndexSource(Protocol):
-    """What a ``Resumption`` asks of the loader it serves: its ``sharding()``; the ``generator()`` the epoch's
-    order is drawn from and the index ``sampler()`` under its batch sampler, if any; its own ``workers()``
-    (``num_workers``); ``set_epoch(epoch)``, passed to its index source; and ``length_after(base)``, this
-    process's batches in an epoch of which ``base`` units were consumed before it began."""
+    """What a ``Resumption`` asks of its loader: the ``sharding()``, the ``generator()`` of the epoch's order
+    and the index ``sampler()`` (if any), its ``workers()``, ``set_epoch`` for its index source, and
+    ``length_after(base)``: this process's batches in an epoch ``base`` units into which it began."""
 
     def sharding(self) -> ShardingInfo: ...
     def generator(self) -> torch.Generator | None: ...
@@ -78,11 +77,6 @@ class Resumption:
     def epoch(self) -> int:
         """The epoch the next (or current) iteration covers."""
         return self.position.epoch or 0
-
-    @property
-    def steps_taken(self) -> int:
-        """Batches yielded in the epoch in progress, counting those skipped or taken before a restore."""
-        return self.position.steps if self.position.in_epoch else 0
 
     def length(self) -> int:
         """Steps of the epoch in progress (or the next), counting those taken before a resume."""
@@ -165,10 +159,16 @@ class Resumption:
                 generator_state=pending.generator_state or encode_generator_state(self.source.generator()),
                 sampler_seed=pending.sampler_seed or seed,
             )
-        if self.position.in_epoch:
-            return replace(self.position, sampler_seed=seed)
+        return (
+            replace(self.position, sampler_seed=seed) if self.position.in_epoch else self._fresh(self.epoch)
+        )
+
+    def _fresh(self, epoch: int) -> Position:
+        """The start of ``epoch``, drawn from the generator as it is now."""
         return Position(
-            self.epoch, generator_state=encode_generator_state(self.source.generator()), sampler_seed=seed
+            epoch,
+            generator_state=encode_generator_state(self.source.generator()),
+            sampler_seed=self.sampler_seed(),
         )
 
     # -- state ------------------------------------------------------------------------------------
@@ -207,12 +207,7 @@ class Resumption:
         # loader whose iterator ran to its end has already moved on to the next epoch.
         if epoch is None:
             epoch = self.epoch + 1 if self.position.in_epoch else self.epoch
-        following = Position(
-            epoch,
-            generator_state=encode_generator_state(self.source.generator()),
-            sampler_seed=self.sampler_seed(),
-        )
-        return self.state_at(following, 0).to_dict()
+        return self.state_at(self._fresh(epoch), 0).to_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Check ``state_dict`` (``check_resumable``) and record it for the next ``iter()``."""

@@ -35,17 +35,12 @@ _OPTIONAL.update(base_steps=0, num_workers=0)
 
 @dataclass(frozen=True)
 class LoaderState:
-    """Where a loader stands in its epoch, and the sharding it stands in, as saved.
-
-    Saved flat (``to_dict``): the fields of ``sharding``, of ``position`` (its ``workers`` as
-    ``num_workers``) and the ones below.
+    """Where a loader stands in its epoch, and the sharding it stands in, as saved: flat (``to_dict``), the
+    fields of ``sharding``, of ``position`` (its ``workers`` as ``num_workers``) and the ones below.
 
     Attributes:
-        sharding: the sharding options and the kind of index source (``ShardingInfo``).
-        position: the epoch, its steps (``base_steps`` of them under an earlier sharding of the epoch,
-            which consumed ``base`` batches of the user's loader, or samples of an iterable dataset),
-            the sampler's generator state at the start of the epoch and a ``SeedableRandomSampler``'s
-            seed; ``workers``: the ``DataLoader`` workers the epoch is read with.
+        sharding: the sharding options and the kind of index source.
+        position: the epoch, its steps, ``base`` / ``base_steps``, the generator state and seed, the workers.
         consumed: ``base`` plus what the processes consumed together since: ``(steps - base_steps) * N``
             batches without ``split_batches``, ``steps - base_steps`` with it (times the global batch size
             for samples).
