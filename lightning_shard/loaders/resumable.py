@@ -157,7 +157,7 @@ class Resumption:
                 pending,
                 epoch=self.epoch if pending.epoch is None else pending.epoch,
                 generator_state=pending.generator_state or encode_generator_state(self.source.generator()),
-                sampler_seed=pending.sampler_seed or seed,
+                sampler_seed=seed if pending.sampler_seed is None else pending.sampler_seed,
             )
         return (
             replace(self.position, sampler_seed=seed) if self.position.in_epoch else self._fresh(self.epoch)
