@@ -115,6 +115,11 @@ class Resumption:
             # A loop that tells the loader what it consumed (Lightning's, through `resume_hook`) also sets
             # its epochs, and may call `iter()` again within one (Lightning does after a reload).
             self.finish_epoch()
+        elif restore is None and position.in_epoch and position.steps == 0 and position.generator_state:
+            # NOTE: Lightning iterates a reloaded loader twice at the epoch's start; the first iteration's
+            # workers may have drawn the order already. Nothing was consumed: begin from the epoch's start
+            # again, so the order does not depend on the number of workers (harness defect 13).
+            restore = Position(self.epoch, generator_state=position.generator_state)
         position.end = False
         epoch = self.epoch if restore is None or restore.epoch is None else restore.epoch
         self.set_epoch(epoch)

@@ -147,6 +147,41 @@ def test_a_pending_restore_keeps_its_seed_even_when_it_is_zero() -> None:
     assert restored.state_dict()["sampler_seed"] == 0
 
 
+class _Reporting:
+    """A loop that reports what it consumed (``ResumeHook``), as Lightning's does: its loader keeps the epoch
+    when iterated again within it."""
+
+    def consumed(self) -> None:
+        return None
+
+    def resharded(self, saved: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_epoch_iterated_again_before_any_batch_keeps_its_order(workers: int) -> None:
+    """Lightning iterates a reloaded loader twice at the epoch's start; workers prefetch (so draw the order)
+    in the first: the epoch's order must not depend on that (harness defect 13)."""
+
+    def build(num_workers: int) -> Any:
+        data = DataLoader(
+            list(range(24)),
+            batch_size=2,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(3),
+            num_workers=num_workers,
+            multiprocessing_context="fork" if num_workers else None,
+        )
+        loader = prepare_data_loader(data, num_processes=2, process_index=0)
+        loader.resume_hook = _Reporting()
+        return loader
+
+    once = [batch.tolist() for batch in build(0)]
+    twice = build(workers)
+    iter(twice)
+    assert [batch.tolist() for batch in twice] == once
+
+
 # -- a stream its workers split, moved to another number of processes -------------------------------------
 def _worker_split(num_processes: int, rank: int) -> Any:
     data = DataLoader(WorkerSplitIdStream(31), batch_size=2, num_workers=2, multiprocessing_context="fork")

@@ -59,24 +59,9 @@ KNOWN_DEFECTS: list[tuple[int, str, Callable[[Cell], bool]]] = [
             and c.kill_at > EXIT_AFTER
         ),
     ),
-    (
-        13,
-        "found by this harness: `reload_dataloaders_every_n_epochs=1` with a shuffled map-style loader, "
-        "restarted with another `num_workers`: the resumed epoch is exact, the next (reloaded) one reads "
-        "another order (without the reload, a change of workers is exact, as the README says). Lightning "
-        "iterates a reloaded loader twice at the epoch's start; with workers the first iteration's prefetch "
-        "has drawn the order from the generator. Restarting the epoch from its starting generator state "
-        "fixes this cell but breaks a cycling loader of a `CombinedLoader` (its epoch counter can equal the "
-        "trainer's), so it is open",
-        lambda c: (
-            c.feature == "reload"
-            and c.loader in ("shuffled", "subclass", "unbatched")
-            and c.restart_num_workers != c.workers
-        ),
-    ),
 ]
-"""Defects not fixed yet: ``(defect, what, which cells show it)``. 1-4 (issue 17's) and 7-9, 11-12 (found
-by this harness) are fixed; 10 is Lightning's own; 13 is open; 14 was the harness's own expectation (a
+"""Defects not fixed yet: ``(defect, what, which cells show it)``. 1-4 (issue 17's) and 7-9, 11-13 (found
+by this harness) are fixed; 10 is Lightning's own; 14 was the harness's own expectation (a
 state saved after a Fabric loop's ``break`` continues the epoch left, as torchdata's does, so such a loop
 saves inside the loop: docs/guides/parallel.md). Delete a row when its fix is merged (its cells then
 pass; a strict ``xfail`` that passes fails the suite)."""
