@@ -1,7 +1,5 @@
 """``ShardOptimizer`` and ``ShardScheduler``: an optimizer that reports skipped AMP steps, and an LR
 scheduler that steps once per sample-equivalent of work (``N`` times per optimizer step).
-
-Core layer: imports only torch.
 """
 
 from __future__ import annotations
@@ -16,12 +14,21 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from lightning_shard._checks import check_bool, check_num_processes
+from lightning_shard.comm.collectives import world_size
 
 __all__ = ["ShardOptimizer", "ShardScheduler"]
 
 # NOTE: `torch.optim.Optimizer.load_state_dict` decides where the `step` counter lives (CPU unless the
 # optimizer is fused or capturable); moving it ourselves would fight that policy.
 _KEYS_LEFT_IN_PLACE = frozenset({"step"})
+
+
+def _forwarded(inner: str, name: str) -> Any:
+    """A read-write property that is attribute ``name`` of the wrapped object ``self.<inner>``."""
+    return property(
+        lambda self: getattr(getattr(self, inner), name),
+        lambda self, value: setattr(getattr(self, inner), name, value),
+    )
 
 
 class ShardOptimizer(Optimizer):
@@ -67,29 +74,9 @@ class ShardOptimizer(Optimizer):
         """Whether the last ``step()`` was skipped because the scaler found inf/NaN gradients."""
         return self._step_was_skipped
 
-    @property  # type: ignore[override]
-    def state(self) -> Any:
-        return self.optimizer.state
-
-    @state.setter
-    def state(self, state: Any) -> None:
-        self.optimizer.state = state
-
-    @property  # type: ignore[override]
-    def param_groups(self) -> list[dict[str, Any]]:
-        return self.optimizer.param_groups
-
-    @param_groups.setter
-    def param_groups(self, param_groups: list[dict[str, Any]]) -> None:
-        self.optimizer.param_groups = param_groups
-
-    @property  # type: ignore[override]
-    def defaults(self) -> dict[str, Any]:
-        return self.optimizer.defaults
-
-    @defaults.setter
-    def defaults(self, defaults: dict[str, Any]) -> None:
-        self.optimizer.defaults = defaults
+    state = _forwarded("optimizer", "state")
+    param_groups = _forwarded("optimizer", "param_groups")
+    defaults = _forwarded("optimizer", "defaults")
 
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         """Step the inner optimizer, through the scaler when one is set, and record whether it was skipped.
@@ -132,7 +119,6 @@ class ShardOptimizer(Optimizer):
         self.optimizer.add_param_group(param_group)
 
     def state_dict(self) -> dict[str, Any]:
-        """Return the inner optimizer's state dict."""
         return self.optimizer.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -200,7 +186,7 @@ class ShardScheduler:
         self.scheduler = _check_scheduler(scheduler, self.step_with_optimizer)
         self.optimizers = _optimizer_list(optimizers)
         self.num_processes = check_num_processes(
-            _data_parallel_world_size() if num_processes is None else num_processes
+            world_size() if num_processes is None else num_processes
         )
 
     def step(self, *args: Any, **kwargs: Any) -> None:
@@ -208,15 +194,12 @@ class ShardScheduler:
         if not self.step_with_optimizer:
             self.scheduler.step(*args, **kwargs)
             return
-        if self._optimizer_step_skipped():
+        if any(getattr(optimizer, "step_was_skipped", False) for optimizer in self.optimizers):
             return
         for _ in range(1 if self.split_batches else self.num_processes):
             if self._reached_total_steps():
                 return
             self.scheduler.step(*args, **kwargs)
-
-    def _optimizer_step_skipped(self) -> bool:
-        return any(getattr(optimizer, "step_was_skipped", False) for optimizer in self.optimizers)
 
     def _reached_total_steps(self) -> bool:
         # NOTE: `OneCycleLR.get_lr` raises once `last_epoch` exceeds `total_steps`, and `step()`
@@ -229,13 +212,7 @@ class ShardScheduler:
         """The inner scheduler's optimizer (what Lightning's ``LearningRateMonitor`` reads)."""
         return self.scheduler.optimizer
 
-    @property
-    def last_epoch(self) -> int:
-        return self.scheduler.last_epoch
-
-    @last_epoch.setter
-    def last_epoch(self, last_epoch: int) -> None:
-        self.scheduler.last_epoch = last_epoch
+    last_epoch = _forwarded("scheduler", "last_epoch")
 
     def get_last_lr(self) -> list[Any]:
         return self.scheduler.get_last_lr()
@@ -244,7 +221,6 @@ class ShardScheduler:
         return self.scheduler.get_lr()
 
     def state_dict(self) -> dict[str, Any]:
-        """Return the inner scheduler's state dict."""
         return self.scheduler.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -260,13 +236,6 @@ class ShardScheduler:
             f"{type(self).__name__}({self.scheduler!r}, step_with_optimizer={self.step_with_optimizer}, "
             f"split_batches={self.split_batches}, num_processes={self.num_processes})"
         )
-
-
-def _data_parallel_world_size() -> int:
-    distributed = torch.distributed
-    if distributed.is_available() and distributed.is_initialized():
-        return distributed.get_world_size()
-    return 1
 
 
 def _placed_on_param_devices(
