@@ -185,9 +185,7 @@ class ShardScheduler:
         self.split_batches = check_bool("split_batches", split_batches)
         self.scheduler = _check_scheduler(scheduler, self.step_with_optimizer)
         self.optimizers = _optimizer_list(optimizers)
-        self.num_processes = check_num_processes(
-            world_size() if num_processes is None else num_processes
-        )
+        self.num_processes = check_num_processes(world_size() if num_processes is None else num_processes)
 
     def step(self, *args: Any, **kwargs: Any) -> None:
         """Step the inner scheduler as the class docstring describes; arguments are passed through."""
