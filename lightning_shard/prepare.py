@@ -86,7 +86,9 @@ def prepare_with_options(
     """
     _check_loader(dataloader)
     options = _agree_on_seed(options, topology)
-    dispatch = _resolve_dispatch(dataloader, options)
+    dispatch = options.dispatch_batches
+    if dispatch is None:
+        dispatch = options.put_on_device and isinstance(dataloader.dataset, IterableDataset)
     if options.split_batches:
         check_split_batch_size(_batch_size(dataloader), topology.num_processes, "dataloader")
     if dispatch:
@@ -127,7 +129,7 @@ def _check_loader(dataloader: Any) -> None:
             "shard it twice. Pass the original `DataLoader`."
         )
     _check_not_sharded(dataloader)
-    sampler = _index_sampler(dataloader)
+    sampler = getattr(_batch_sampler(dataloader), "sampler", None)
     if isinstance(sampler, DistributedSampler) or hasattr(sampler, "num_replicas"):
         raise ValueError(
             f"`dataloader` already shards by rank: its sampler is a {type(sampler).__name__}. Sharding it "
@@ -149,12 +151,6 @@ def _check_not_sharded(dataloader: DataLoader) -> None:
                 "which already shards it; preparing it would give each process a fraction of its share. "
                 "Pass a `DataLoader` over the plain dataset and batch sampler."
             )
-
-
-def _resolve_dispatch(dataloader: DataLoader, options: ShardOptions) -> bool:
-    if options.dispatch_batches is not None:
-        return options.dispatch_batches
-    return options.put_on_device and isinstance(dataloader.dataset, IterableDataset)
 
 
 def _check_dispatch_mesh(device_mesh: Any, topology: Topology) -> None:
@@ -182,30 +178,19 @@ def _batch_sampler(dataloader: DataLoader) -> Any:
     return dataloader.batch_sampler
 
 
-def _index_sampler(dataloader: DataLoader) -> Any:
-    return getattr(_batch_sampler(dataloader), "sampler", None)
-
-
 def _with_own_generator(sampler: RandomSampler, options: ShardOptions) -> RandomSampler:
     """A copy of ``sampler`` whose order is recorded (a generator) and, if asked, seedable."""
+    # NOTE: `_num_samples` is the constructor argument, None meaning len(data).
+    same: dict[str, Any] = {"replacement": sampler.replacement, "num_samples": sampler._num_samples}
     if options.use_seedable_sampler:
         return SeedableRandomSampler(
-            sampler.data_source,
-            replacement=sampler.replacement,
-            num_samples=sampler._num_samples,  # NOTE: the constructor argument, None meaning len(data)
-            generator=sampler.generator,
-            data_seed=options.data_seed,
+            sampler.data_source, **same, generator=sampler.generator, data_seed=options.data_seed
         )
     if sampler.generator is not None:
         return sampler
     # NOTE: drawn from the global RNG exactly as the reference does, so seeded runs agree with it.
     seed = int(torch.empty((), dtype=torch.int64).random_().item())
-    return RandomSampler(
-        sampler.data_source,
-        replacement=sampler.replacement,
-        num_samples=sampler._num_samples,
-        generator=torch.Generator().manual_seed(seed),
-    )
+    return RandomSampler(sampler.data_source, **same, generator=torch.Generator().manual_seed(seed))
 
 
 def _rebuilt_batch_sampler(batch_sampler: Any, options: ShardOptions) -> Any:
@@ -226,9 +211,8 @@ def _build_map_shard(
     dataloader: DataLoader, options: ShardOptions, topology: Topology, device: Any
 ) -> DataLoaderShard:
     user_batch_sampler = _batch_sampler(dataloader)
-    per_sample = (
-        user_batch_sampler is None
-    )  # NOTE: `DataLoader(batch_size=None)`: one uncollated sample a step
+    # NOTE: `DataLoader(batch_size=None)`: one uncollated sample a step.
+    per_sample = user_batch_sampler is None
     if per_sample:
         user_batch_sampler = BatchSampler(dataloader.sampler, 1, drop_last=False)
     batch_sampler = _rebuilt_batch_sampler(user_batch_sampler, options)
