@@ -212,19 +212,8 @@ class ShardScheduler:
 
     last_epoch = _forwarded("scheduler", "last_epoch")
 
-    def get_last_lr(self) -> list[Any]:
-        return self.scheduler.get_last_lr()
-
-    def get_lr(self) -> list[Any]:
-        return self.scheduler.get_lr()
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.scheduler.state_dict()
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.scheduler.load_state_dict(state_dict)
-
     def __getattr__(self, name: str) -> Any:
+        # NOTE: `state_dict`, `load_state_dict`, `get_last_lr`, ... are the inner scheduler's.
         if name == "scheduler" or name.startswith("__"):
             raise AttributeError(name)
         return getattr(self.scheduler, name)
