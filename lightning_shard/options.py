@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, Field, dataclass, field, fields, replace
+from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any, TypeVar
 
 from lightning_shard._checks import check_bool, check_seed
@@ -213,13 +213,8 @@ def option_table() -> str:
     rows = ["| option | default | meaning |", "|---|---|---|"]
     for cls, suffix in ((ShardOptions, ""), (StrategyOptions, " (strategy only)")):
         for option in option_fields(cls):
-            rows.append(f"| `{option.name}`{suffix} | {_default_text(option)} | {option.metadata[_DOC]} |")
+            default = f"`{option.default!r}`"
+            if _STRATEGY_DEFAULT in option.metadata:
+                default += f" (`{option.metadata[_STRATEGY_DEFAULT]!r}` under a strategy)"
+            rows.append(f"| `{option.name}`{suffix} | {default} | {option.metadata[_DOC]} |")
     return "\n".join(rows)
-
-
-def _default_text(option: Field[Any]) -> str:
-    assert option.default is not MISSING  # NOTE: every option has a default.
-    text = f"`{option.default!r}`"
-    if _STRATEGY_DEFAULT in option.metadata:
-        text += f" (`{option.metadata[_STRATEGY_DEFAULT]!r}` under a strategy)"
-    return text

@@ -90,7 +90,8 @@ def prepare_with_options(
     if dispatch is None:
         dispatch = options.put_on_device and isinstance(dataloader.dataset, IterableDataset)
     if options.split_batches:
-        check_split_batch_size(_batch_size(dataloader), topology.num_processes, "dataloader")
+        batch_size = dataloader.batch_size or getattr(_batch_sampler(dataloader), "batch_size", None)
+        check_split_batch_size(batch_size, topology.num_processes, "dataloader")
     if dispatch:
         _check_dispatch_mesh(device_mesh, topology)
         _check_dispatch_stream(dataloader.dataset, topology)
@@ -163,12 +164,6 @@ def _check_dispatch_mesh(device_mesh: Any, topology: Topology) -> None:
         "group: global rank 0 loads and sends every rank the slice of its data-parallel index, so it must "
         "know them all. Pass the whole mesh (not a sub-mesh), or use `dispatch_batches=False`."
     )
-
-
-def _batch_size(dataloader: DataLoader) -> int | None:
-    if dataloader.batch_size is not None:
-        return dataloader.batch_size
-    return getattr(_batch_sampler(dataloader), "batch_size", None)
 
 
 def _batch_sampler(dataloader: DataLoader) -> Any:
@@ -325,7 +320,13 @@ def _build_dispatcher(
         dataset = split_among_workers(dataset, dataloader.num_workers)
     else:
         user_batch_sampler = _batch_sampler(dataloader)
-        _check_dispatch_batches(user_batch_sampler)
+        if user_batch_sampler is None:
+            raise ValueError(
+                "`dispatch_batches=True` with `DataLoader(batch_size=None)`: process 0 would load single, uncollated "
+                "samples, which cannot be sliced into a part per process. Give the loader a `batch_size` (each "
+                "process then gets its slice of every batch), or use `dispatch_batches=False` (each process loads "
+                "its own samples)."
+            )
         batch_sampler = _rebuilt_batch_sampler(user_batch_sampler, options)
         # NOTE: a one-process shard is the batch sampler itself, plus arithmetic skipping on resume.
         kwargs["batch_sampler"] = BatchSamplerShard(batch_sampler, even_batches=False)
@@ -355,17 +356,6 @@ def _check_dispatch_stream(dataset: Any, topology: Topology) -> None:
         "read. Use `dispatch_batches=False` (each process reads its own part, passed through), or give the "
         "dataset unsplit."
     )
-
-
-def _check_dispatch_batches(batch_sampler: Any) -> None:
-    """Refuse dispatching a map-style loader that yields single uncollated samples (``batch_size=None``)."""
-    if batch_sampler is None:
-        raise ValueError(
-            "`dispatch_batches=True` with `DataLoader(batch_size=None)`: process 0 would load single, uncollated "
-            "samples, which cannot be sliced into a part per process. Give the loader a `batch_size` (each "
-            "process then gets its slice of every batch), or use `dispatch_batches=False` (each process loads "
-            "its own samples)."
-        )
 
 
 def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoader:

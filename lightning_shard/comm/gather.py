@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from lightning_shard.comm.collectives import communication_device, is_distributed
+from lightning_shard.comm.collectives import all_gather_objects, communication_device, is_distributed
 from lightning_shard.comm.tree import Node, flatten, is_tensor_tree, map_leaves, unflatten
 
 _HASH, _TENSORS, _ROWS, _UNIFORM = range(4)
@@ -59,8 +59,7 @@ def gather_in_process_order(data: Any, sources: Sequence[int] | None = None) -> 
     # NOTE: one reduction gives every column's range: equal hashes, all tensors, equal rows, all uniform.
     low, high = (values.tolist() for values in header.aminmax(dim=0))
     if low[_HASH] != high[_HASH] or not low[_TENSORS]:
-        parts: list[Any] = [None] * header.shape[0]
-        dist.all_gather_object(parts, _to_cpu(data))
+        parts = all_gather_objects(_to_cpu(data))
         return merge_parts(parts if sources is None else [parts[rank] for rank in sources])
     if low[_UNIFORM] and low[_ROWS] == high[_ROWS] and sources is None:
         # NOTE: every process has as many rows: one all-gather per leaf, nothing to cut.
