@@ -64,9 +64,19 @@ class ShardOptimizer(Optimizer):
     ) -> None:
         # NOTE: no `super().__init__()`: the base class would create a second, empty set of
         # `param_groups`, `state` and hooks; everything is the inner optimizer's instead.
-        self.optimizer = _check_optimizer(optimizer)
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(
+                f"`optimizer` must be a `torch.optim.Optimizer`, got {type(optimizer).__name__}. "
+                "Pass the optimizer itself, e.g. `ShardOptimizer(torch.optim.AdamW(model.parameters()))`."
+            )
+        self.optimizer = optimizer
         self.device_placement = check_bool("device_placement", device_placement)
-        self.scaler = _check_scaler(scaler)
+        if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
+            raise TypeError(
+                f"`scaler` must be a `torch.amp.GradScaler` or None, got {type(scaler).__name__}. "
+                'Pass e.g. `scaler=torch.amp.GradScaler("cuda")`, or `scaler=None` without mixed precision.'
+            )
+        self.scaler = scaler
         self._step_was_skipped = False
 
     @property
@@ -238,47 +248,21 @@ def _placed_on_param_devices(
     # NOTE: `strict=False`: on a size mismatch `Optimizer.load_state_dict` raises its own, clearer error.
     devices = {saved_id: param.device for saved_id, param in zip(saved_ids, params, strict=False)}
     state = {
-        key: _moved(value, devices[key]) if key in devices else value
+        key: _to_device(value, devices[key], _KEYS_LEFT_IN_PLACE) if key in devices else value
         for key, value in state_dict.get("state", {}).items()
     }
     return {**state_dict, "state": state}
 
 
-def _moved(param_state: Any, device: torch.device) -> Any:
-    if not isinstance(param_state, dict):
-        return _to_device(param_state, device)
-    return {
-        key: value if key in _KEYS_LEFT_IN_PLACE else _to_device(value, device)
-        for key, value in param_state.items()
-    }
-
-
-def _to_device(value: Any, device: torch.device) -> Any:
+def _to_device(value: Any, device: torch.device, left: frozenset[str] = frozenset()) -> Any:
+    """``value`` with its tensors on ``device``, except the top-level keys ``left`` of a dict."""
     if isinstance(value, torch.Tensor):
         return value.to(device)
     if isinstance(value, dict):
-        return {key: _to_device(item, device) for key, item in value.items()}
+        return {key: item if key in left else _to_device(item, device) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(_to_device(item, device) for item in value)
     return value
-
-
-def _check_optimizer(optimizer: Any) -> Optimizer:
-    if not isinstance(optimizer, Optimizer):
-        raise TypeError(
-            f"`optimizer` must be a `torch.optim.Optimizer`, got {type(optimizer).__name__}. "
-            "Pass the optimizer itself, e.g. `ShardOptimizer(torch.optim.AdamW(model.parameters()))`."
-        )
-    return optimizer
-
-
-def _check_scaler(scaler: Any) -> torch.amp.GradScaler | None:
-    if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
-        raise TypeError(
-            f"`scaler` must be a `torch.amp.GradScaler` or None, got {type(scaler).__name__}. "
-            'Pass e.g. `scaler=torch.amp.GradScaler("cuda")`, or `scaler=None` without mixed precision.'
-        )
-    return scaler
 
 
 def _check_scheduler(scheduler: Any, step_with_optimizer: bool) -> Any:
