@@ -91,8 +91,7 @@ class AuditReport:
             problems.append(f"{self.excess_missing} missing samples (e.g. {_listed(self.missing_examples)})")
         return f"{counts}: PROBLEM: {'; '.join(problems)}"
 
-    def __str__(self) -> str:
-        return self.summary()
+    __str__ = summary
 
     def raise_on_problem(self) -> None:
         """Raise ``RuntimeError`` with the summary and the usual causes, unless the report is OK."""

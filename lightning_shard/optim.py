@@ -204,16 +204,13 @@ class ShardScheduler:
             return
         if any(getattr(optimizer, "step_was_skipped", False) for optimizer in self.optimizers):
             return
-        for _ in range(1 if self.split_batches else self.num_processes):
-            if self._reached_total_steps():
-                return
-            self.scheduler.step(*args, **kwargs)
-
-    def _reached_total_steps(self) -> bool:
         # NOTE: `OneCycleLR.get_lr` raises once `last_epoch` exceeds `total_steps`, and `step()`
         # increments `last_epoch` before calling it, so `last_epoch == total_steps` is the last state.
         total_steps = getattr(self.scheduler, "total_steps", None)
-        return total_steps is not None and self.scheduler.last_epoch >= total_steps
+        for _ in range(1 if self.split_batches else self.num_processes):
+            if total_steps is not None and self.scheduler.last_epoch >= total_steps:
+                return
+            self.scheduler.step(*args, **kwargs)
 
     @property
     def optimizer(self) -> Optimizer:

@@ -46,14 +46,11 @@ class Layout:
     node: Node
     tensors: tuple[TensorMeta, ...]
 
-    @property
-    def small_bytes(self) -> int:
-        """Bytes of the small tensors, which travel packed in the control message."""
-        return sum(_nbytes(*meta) for meta in self.tensors if _is_small(*meta))
-
 
 def _control_bytes(layout: Layout | None) -> int:
-    return _HEADER_BYTES + (layout.small_bytes if layout is not None else 0)
+    """The header, and the bytes of the small tensors, which travel packed in the control message."""
+    tensors = layout.tensors if layout is not None else ()
+    return _HEADER_BYTES + sum(_nbytes(*meta) for meta in tensors if _is_small(*meta))
 
 
 @dataclass

@@ -233,7 +233,9 @@ class BatchSamplerShard(BatchSampler):
                 yield mine
                 mine = None
             last, seen = batch, position + 1
-        if self.drop_last or not _has_data(head, self.batch_size):
+        # NOTE: the first batches must hold something to pad with (whole batches count when sizes vary).
+        has_data = bool(head) if self.batch_size is None else any(len(batch) for batch in head)
+        if self.drop_last or not has_data:
             return
         if not self.even_batches:
             if mine:
@@ -261,11 +263,6 @@ class BatchSamplerShard(BatchSampler):
             if position % n == r:
                 yield batch
             cursor, partial, position = stop, [], position + 1
-
-
-def _has_data(head: list[Any], batch_size: int | None) -> bool:
-    """Whether the first batches hold anything to pad with (whole batches count when sizes vary)."""
-    return bool(head) if batch_size is None else any(len(batch) for batch in head)
 
 
 def _repeat_to(items: list[Any], minimum: int) -> list[Any]:
