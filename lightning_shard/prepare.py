@@ -129,19 +129,6 @@ def _check_loader(dataloader: Any) -> None:
             f"`dataloader` is already prepared ({type(dataloader).__name__}); preparing it again would "
             "shard it twice. Pass the original `DataLoader`."
         )
-    _check_not_sharded(dataloader)
-    sampler = getattr(_batch_sampler(dataloader), "sampler", None)
-    if isinstance(sampler, DistributedSampler) or hasattr(sampler, "num_replicas"):
-        raise ValueError(
-            f"`dataloader` already shards by rank: its sampler is a {type(sampler).__name__}. Sharding it "
-            "again would give each process a fraction of its share. Use a plain sampler (e.g. "
-            "`shuffle=True`), or, to keep sharding it yourself under Lightning, pass "
-            "`Trainer(use_distributed_sampler=False)`: the strategy then leaves every loader as it is."
-        )
-
-
-def _check_not_sharded(dataloader: DataLoader) -> None:
-    """Refuse a loader built on our own shards: preparing it would shard the shard."""
     for part in (_batch_sampler(dataloader), dataloader.dataset):
         if (
             isinstance(part, (BatchSamplerShard, IterableDatasetShard, NativeStreamShard))
@@ -152,6 +139,14 @@ def _check_not_sharded(dataloader: DataLoader) -> None:
                 "which already shards it; preparing it would give each process a fraction of its share. "
                 "Pass a `DataLoader` over the plain dataset and batch sampler."
             )
+    sampler = getattr(_batch_sampler(dataloader), "sampler", None)
+    if isinstance(sampler, DistributedSampler) or hasattr(sampler, "num_replicas"):
+        raise ValueError(
+            f"`dataloader` already shards by rank: its sampler is a {type(sampler).__name__}. Sharding it "
+            "again would give each process a fraction of its share. Use a plain sampler (e.g. "
+            "`shuffle=True`), or, to keep sharding it yourself under Lightning, pass "
+            "`Trainer(use_distributed_sampler=False)`: the strategy then leaves every loader as it is."
+        )
 
 
 def _check_dispatch_mesh(device_mesh: Any, topology: Topology) -> None:
