@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from lightning_shard.comm.collectives import communication_device, is_distributed
+from lightning_shard.loaders.position import ShardingInfo
 from lightning_shard.sampling.balance import EvenBatches, is_balanced
 
 _CHUNK_BYTES = 1 << 20
@@ -90,8 +91,7 @@ class AuditReport:
             problems.append(f"{self.excess_missing} missing samples (e.g. {_listed(self.missing_examples)})")
         return f"{counts}: PROBLEM: {'; '.join(problems)}"
 
-    def __str__(self) -> str:
-        return self.summary()
+    __str__ = summary
 
     def raise_on_problem(self) -> None:
         """Raise ``RuntimeError`` with the summary and the usual causes, unless the report is OK."""
@@ -140,15 +140,7 @@ class ShardAudit:
                 f"`dataset_length={length}` and `batch_size={batch_size}`. Build "
                 "`ShardAudit(dataset_length, allowed_padding=..., allowed_missing=...)` yourself."
             )
-        padding, missing = expected_padding_and_missing(
-            length,
-            batch_size,
-            info.num_processes,
-            split_batches=info.split_batches,
-            even_batches=info.even_batches,
-            drop_last=info.drop_last,
-            dispatch=info.mode == "dispatch",
-        )
+        padding, missing = sharding_allowances(info, length)
         return cls(length, allowed_padding=padding, allowed_missing=missing)
 
     def reset(self) -> None:
@@ -172,15 +164,6 @@ class ShardAudit:
         flat = torch.as_tensor(indices, dtype=torch.int64).reshape(-1)
         if not flat.numel():
             return
-        self._check_range(flat)
-        unique, counts = torch.unique(flat, return_counts=True)
-        already = _test(self.seen, unique)
-        twice = unique[already | (counts > 1)]
-        _set(self.seen, unique[~already])
-        _set(self.repeated, twice[~_test(self.repeated, twice)])
-        self.records += flat.numel()
-
-    def _check_range(self, flat: torch.Tensor) -> None:
         bad = flat[(flat < 0) | (flat >= self.dataset_length)]
         if bad.numel():
             raise ValueError(
@@ -188,6 +171,12 @@ class ShardAudit:
                 f"`dataset_length={self.dataset_length}`. Record dataset indices, and build the audit with "
                 "the length of the dataset the loader reads."
             )
+        unique, counts = torch.unique(flat, return_counts=True)
+        already = _test(self.seen, unique)
+        twice = unique[already | (counts > 1)]
+        _set(self.seen, unique[~already])
+        _set(self.repeated, twice[~_test(self.repeated, twice)])
+        self.records += flat.numel()
 
     def merge(self, other: ShardAudit) -> ShardAudit:
         """The audit of both processes' records together (this one's allowances are kept).
@@ -220,11 +209,9 @@ class ShardAudit:
         Raises:
             ValueError: on every process, if the processes audit datasets of different lengths.
         """
-        merged = ShardAudit(
-            self.dataset_length, allowed_padding=self.allowed_padding, allowed_missing=self.allowed_missing
-        )
+        merged = self.merge(ShardAudit(self.dataset_length))
         if not is_distributed():
-            return self.merge(merged)
+            return merged
         device = communication_device()
         self._check_same_length(device, group)
         dtype = count_dtype(dist.get_world_size(group))
@@ -280,11 +267,8 @@ class ShardAudit:
                 f"`state` holds bitmaps of {seen.numel()} bytes for `dataset_length={audit.dataset_length}`, which "
                 f"needs {audit.seen.numel()}. Pass the dict `ShardAudit.to_state()` wrote, unchanged."
             )
-        audit.seen, audit.repeated, audit.records = (
-            seen,
-            repeated,
-            _check_count("records", records, "a count"),
-        )
+        audit.seen, audit.repeated = seen, repeated
+        audit.records = _check_count("records", records, "a count")
         return audit
 
     def report(self) -> AuditReport:
@@ -330,6 +314,19 @@ def expected_padding_and_missing(
     if is_balanced(even_batches, dataset_length, num_processes) and not dispatch:
         return 0, 0
     return (step - rest if even_batches else 0), 0
+
+
+def sharding_allowances(info: ShardingInfo, length: int) -> tuple[int, int]:
+    """``expected_padding_and_missing`` for ``length`` samples sharded as ``info`` says."""
+    return expected_padding_and_missing(
+        length,
+        info.batch_size or 0,
+        info.num_processes,
+        split_batches=info.split_batches,
+        even_batches=info.even_batches,
+        drop_last=info.drop_last,
+        dispatch=info.mode == "dispatch",
+    )
 
 
 def _check_count(name: str, value: Any, fix: str) -> int:
@@ -400,8 +397,9 @@ def _first(bitmap: torch.Tensor, value: bool, length: int) -> Iterator[int]:
     """The first few indices below ``length`` whose bit is ``value``."""
     found = 0
     for start in range(0, bitmap.numel(), _CHUNK_BYTES):
-        bits = (bitmap[start : start + _CHUNK_BYTES].unsqueeze(1) >> _BITS) & 1
-        hits = torch.nonzero(bits.reshape(-1) == int(value)).reshape(-1) + start * 8
+        hits = (
+            torch.nonzero(_unpack(bitmap[start : start + _CHUNK_BYTES]) == int(value)).reshape(-1) + start * 8
+        )
         for index in hits[hits < length][: _EXAMPLES - found].tolist():
             yield index
             found += 1

@@ -1,7 +1,5 @@
 """``ShardOptimizer`` and ``ShardScheduler``: an optimizer that reports skipped AMP steps, and an LR
 scheduler that steps once per sample-equivalent of work (``N`` times per optimizer step).
-
-Core layer: imports only torch.
 """
 
 from __future__ import annotations
@@ -16,12 +14,21 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from lightning_shard._checks import check_bool, check_num_processes
+from lightning_shard.comm.collectives import world_size
 
 __all__ = ["ShardOptimizer", "ShardScheduler"]
 
 # NOTE: `torch.optim.Optimizer.load_state_dict` decides where the `step` counter lives (CPU unless the
 # optimizer is fused or capturable); moving it ourselves would fight that policy.
 _KEYS_LEFT_IN_PLACE = frozenset({"step"})
+
+
+def _forwarded(inner: str, name: str) -> Any:
+    """A read-write property that is attribute ``name`` of the wrapped object ``self.<inner>``."""
+    return property(
+        lambda self: getattr(getattr(self, inner), name),
+        lambda self, value: setattr(getattr(self, inner), name, value),
+    )
 
 
 class ShardOptimizer(Optimizer):
@@ -57,9 +64,19 @@ class ShardOptimizer(Optimizer):
     ) -> None:
         # NOTE: no `super().__init__()`: the base class would create a second, empty set of
         # `param_groups`, `state` and hooks; everything is the inner optimizer's instead.
-        self.optimizer = _check_optimizer(optimizer)
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(
+                f"`optimizer` must be a `torch.optim.Optimizer`, got {type(optimizer).__name__}. "
+                "Pass the optimizer itself, e.g. `ShardOptimizer(torch.optim.AdamW(model.parameters()))`."
+            )
+        self.optimizer = optimizer
         self.device_placement = check_bool("device_placement", device_placement)
-        self.scaler = _check_scaler(scaler)
+        if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
+            raise TypeError(
+                f"`scaler` must be a `torch.amp.GradScaler` or None, got {type(scaler).__name__}. "
+                'Pass e.g. `scaler=torch.amp.GradScaler("cuda")`, or `scaler=None` without mixed precision.'
+            )
+        self.scaler = scaler
         self._step_was_skipped = False
 
     @property
@@ -67,29 +84,9 @@ class ShardOptimizer(Optimizer):
         """Whether the last ``step()`` was skipped because the scaler found inf/NaN gradients."""
         return self._step_was_skipped
 
-    @property  # type: ignore[override]
-    def state(self) -> Any:
-        return self.optimizer.state
-
-    @state.setter
-    def state(self, state: Any) -> None:
-        self.optimizer.state = state
-
-    @property  # type: ignore[override]
-    def param_groups(self) -> list[dict[str, Any]]:
-        return self.optimizer.param_groups
-
-    @param_groups.setter
-    def param_groups(self, param_groups: list[dict[str, Any]]) -> None:
-        self.optimizer.param_groups = param_groups
-
-    @property  # type: ignore[override]
-    def defaults(self) -> dict[str, Any]:
-        return self.optimizer.defaults
-
-    @defaults.setter
-    def defaults(self, defaults: dict[str, Any]) -> None:
-        self.optimizer.defaults = defaults
+    state = _forwarded("optimizer", "state")
+    param_groups = _forwarded("optimizer", "param_groups")
+    defaults = _forwarded("optimizer", "defaults")
 
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         """Step the inner optimizer, through the scaler when one is set, and record whether it was skipped.
@@ -132,7 +129,6 @@ class ShardOptimizer(Optimizer):
         self.optimizer.add_param_group(param_group)
 
     def state_dict(self) -> dict[str, Any]:
-        """Return the inner optimizer's state dict."""
         return self.optimizer.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -199,58 +195,32 @@ class ShardScheduler:
         self.split_batches = check_bool("split_batches", split_batches)
         self.scheduler = _check_scheduler(scheduler, self.step_with_optimizer)
         self.optimizers = _optimizer_list(optimizers)
-        self.num_processes = check_num_processes(
-            _data_parallel_world_size() if num_processes is None else num_processes
-        )
+        self.num_processes = check_num_processes(world_size() if num_processes is None else num_processes)
 
     def step(self, *args: Any, **kwargs: Any) -> None:
         """Step the inner scheduler as the class docstring describes; arguments are passed through."""
         if not self.step_with_optimizer:
             self.scheduler.step(*args, **kwargs)
             return
-        if self._optimizer_step_skipped():
+        if any(getattr(optimizer, "step_was_skipped", False) for optimizer in self.optimizers):
             return
-        for _ in range(1 if self.split_batches else self.num_processes):
-            if self._reached_total_steps():
-                return
-            self.scheduler.step(*args, **kwargs)
-
-    def _optimizer_step_skipped(self) -> bool:
-        return any(getattr(optimizer, "step_was_skipped", False) for optimizer in self.optimizers)
-
-    def _reached_total_steps(self) -> bool:
         # NOTE: `OneCycleLR.get_lr` raises once `last_epoch` exceeds `total_steps`, and `step()`
         # increments `last_epoch` before calling it, so `last_epoch == total_steps` is the last state.
         total_steps = getattr(self.scheduler, "total_steps", None)
-        return total_steps is not None and self.scheduler.last_epoch >= total_steps
+        for _ in range(1 if self.split_batches else self.num_processes):
+            if total_steps is not None and self.scheduler.last_epoch >= total_steps:
+                return
+            self.scheduler.step(*args, **kwargs)
 
     @property
     def optimizer(self) -> Optimizer:
         """The inner scheduler's optimizer (what Lightning's ``LearningRateMonitor`` reads)."""
         return self.scheduler.optimizer
 
-    @property
-    def last_epoch(self) -> int:
-        return self.scheduler.last_epoch
-
-    @last_epoch.setter
-    def last_epoch(self, last_epoch: int) -> None:
-        self.scheduler.last_epoch = last_epoch
-
-    def get_last_lr(self) -> list[Any]:
-        return self.scheduler.get_last_lr()
-
-    def get_lr(self) -> list[Any]:
-        return self.scheduler.get_lr()
-
-    def state_dict(self) -> dict[str, Any]:
-        """Return the inner scheduler's state dict."""
-        return self.scheduler.state_dict()
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.scheduler.load_state_dict(state_dict)
+    last_epoch = _forwarded("scheduler", "last_epoch")
 
     def __getattr__(self, name: str) -> Any:
+        # NOTE: `state_dict`, `load_state_dict`, `get_last_lr`, ... are the inner scheduler's.
         if name == "scheduler" or name.startswith("__"):
             raise AttributeError(name)
         return getattr(self.scheduler, name)
@@ -260,13 +230,6 @@ class ShardScheduler:
             f"{type(self).__name__}({self.scheduler!r}, step_with_optimizer={self.step_with_optimizer}, "
             f"split_batches={self.split_batches}, num_processes={self.num_processes})"
         )
-
-
-def _data_parallel_world_size() -> int:
-    distributed = torch.distributed
-    if distributed.is_available() and distributed.is_initialized():
-        return distributed.get_world_size()
-    return 1
 
 
 def _placed_on_param_devices(
@@ -282,47 +245,21 @@ def _placed_on_param_devices(
     # NOTE: `strict=False`: on a size mismatch `Optimizer.load_state_dict` raises its own, clearer error.
     devices = {saved_id: param.device for saved_id, param in zip(saved_ids, params, strict=False)}
     state = {
-        key: _moved(value, devices[key]) if key in devices else value
+        key: _to_device(value, devices[key], _KEYS_LEFT_IN_PLACE) if key in devices else value
         for key, value in state_dict.get("state", {}).items()
     }
     return {**state_dict, "state": state}
 
 
-def _moved(param_state: Any, device: torch.device) -> Any:
-    if not isinstance(param_state, dict):
-        return _to_device(param_state, device)
-    return {
-        key: value if key in _KEYS_LEFT_IN_PLACE else _to_device(value, device)
-        for key, value in param_state.items()
-    }
-
-
-def _to_device(value: Any, device: torch.device) -> Any:
+def _to_device(value: Any, device: torch.device, left: frozenset[str] = frozenset()) -> Any:
+    """``value`` with its tensors on ``device``, except the top-level keys ``left`` of a dict."""
     if isinstance(value, torch.Tensor):
         return value.to(device)
     if isinstance(value, dict):
-        return {key: _to_device(item, device) for key, item in value.items()}
+        return {key: item if key in left else _to_device(item, device) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(_to_device(item, device) for item in value)
     return value
-
-
-def _check_optimizer(optimizer: Any) -> Optimizer:
-    if not isinstance(optimizer, Optimizer):
-        raise TypeError(
-            f"`optimizer` must be a `torch.optim.Optimizer`, got {type(optimizer).__name__}. "
-            "Pass the optimizer itself, e.g. `ShardOptimizer(torch.optim.AdamW(model.parameters()))`."
-        )
-    return optimizer
-
-
-def _check_scaler(scaler: Any) -> torch.amp.GradScaler | None:
-    if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
-        raise TypeError(
-            f"`scaler` must be a `torch.amp.GradScaler` or None, got {type(scaler).__name__}. "
-            'Pass e.g. `scaler=torch.amp.GradScaler("cuda")`, or `scaler=None` without mixed precision.'
-        )
-    return scaler
 
 
 def _check_scheduler(scheduler: Any, step_with_optimizer: bool) -> Any:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, Field, dataclass, field, fields, replace
-from typing import Any
+from dataclasses import Field, dataclass, field, fields, replace
+from typing import Any, TypeVar
 
 from lightning_shard._checks import check_bool, check_seed
-from lightning_shard.comm.rng import RNG_TYPES
+from lightning_shard.comm.rng import rng_names
 from lightning_shard.sampling.balance import EvenBatches, check_even_batches
 from lightning_shard.sampling.native_stream import ITERABLE_SHARDING, IterableSharding
 
@@ -29,8 +29,18 @@ def _option(default: Any, doc: str, **strategy: Any) -> Any:
     return field(default=default, metadata=metadata)
 
 
+_O = TypeVar("_O", bound="_Options")
+
+
+class _Options:
+    @classmethod
+    def from_kwargs(cls: type[_O], values: Mapping[str, Any]) -> _O:
+        """The options named in ``values`` (a flat signature's arguments); other keys are ignored."""
+        return cls(**{name: values[name] for name in option_names(cls) if name in values})
+
+
 @dataclass(frozen=True)
-class ShardOptions:
+class ShardOptions(_Options):
     """How loaders are sharded; the strategies, the datamodule and ``prepare_data_loader`` share it.
 
     Each field's documentation is in its ``metadata["doc"]`` (rendered in the documentation's options table).
@@ -104,8 +114,9 @@ class ShardOptions:
     )
 
     def __post_init__(self) -> None:
-        for name in _FLAGS:
-            check_bool(name, getattr(self, name))
+        for option in fields(self):
+            if option.type == "bool":  # NOTE: the annotation's text (`from __future__ import annotations`).
+                check_bool(option.name, getattr(self, option.name))
         check_even_batches(self.even_batches)
         if self.iterable_sharding not in ITERABLE_SHARDING:
             raise ValueError(
@@ -126,12 +137,7 @@ class ShardOptions:
             )
         check_seed("data_seed", self.data_seed)
         if self.rng_types is not None:
-            object.__setattr__(self, "rng_types", _rng_names(self.rng_types))
-
-    @classmethod
-    def from_kwargs(cls, values: Mapping[str, Any]) -> ShardOptions:
-        """The options named in ``values`` (a flat signature's arguments); other keys are ignored."""
-        return cls(**{name: values[name] for name in option_names(cls) if name in values})
+            object.__setattr__(self, "rng_types", rng_names(self.rng_types))
 
     def replace(self, **changes: Any) -> ShardOptions:
         """A copy with ``changes`` applied (and checked again).
@@ -144,7 +150,7 @@ class ShardOptions:
 
 
 @dataclass(frozen=True)
-class StrategyOptions:
+class StrategyOptions(_Options):
     """The options only a strategy has (on top of ``ShardOptions``)."""
 
     step_scheduler_with_optimizer: bool = _option(
@@ -172,33 +178,6 @@ class StrategyOptions:
                 "`audit_raise=True` raises when the shard audit finds a problem, but `audit=False` turns the "
                 "audit off. Set `audit=True` as well, or leave `audit_raise=False`."
             )
-
-    @classmethod
-    def from_kwargs(cls, values: Mapping[str, Any]) -> StrategyOptions:
-        """The options named in ``values``; other keys are ignored."""
-        return cls(**{name: values[name] for name in option_names(cls) if name in values})
-
-
-_FLAGS = (
-    "split_batches",
-    "put_on_device",
-    "use_seedable_sampler",
-    "non_blocking",
-    "use_stateful_dataloader",
-    "scalable_shuffle",
-)
-
-
-def _rng_names(rng_types: Any) -> tuple[str, ...]:
-    kinds = (rng_types,) if isinstance(rng_types, str) else tuple(rng_types)
-    names = tuple(str(getattr(kind, "value", kind)) for kind in kinds)
-    unknown = [name for name in names if name not in RNG_TYPES]
-    if unknown:
-        raise ValueError(
-            f"`rng_types` contains {unknown}, which are not known generators. "
-            f"Use any of {list(RNG_TYPES)}, e.g. `rng_types=['generator']`."
-        )
-    return names
 
 
 def option_fields(cls: type) -> tuple[Field[Any], ...]:
@@ -234,13 +213,8 @@ def option_table() -> str:
     rows = ["| option | default | meaning |", "|---|---|---|"]
     for cls, suffix in ((ShardOptions, ""), (StrategyOptions, " (strategy only)")):
         for option in option_fields(cls):
-            rows.append(f"| `{option.name}`{suffix} | {_default_text(option)} | {option.metadata[_DOC]} |")
+            default = f"`{option.default!r}`"
+            if _STRATEGY_DEFAULT in option.metadata:
+                default += f" (`{option.metadata[_STRATEGY_DEFAULT]!r}` under a strategy)"
+            rows.append(f"| `{option.name}`{suffix} | {default} | {option.metadata[_DOC]} |")
     return "\n".join(rows)
-
-
-def _default_text(option: Field[Any]) -> str:
-    assert option.default is not MISSING  # NOTE: every option has a default.
-    text = f"`{option.default!r}`"
-    if _STRATEGY_DEFAULT in option.metadata:
-        text += f" (`{option.metadata[_STRATEGY_DEFAULT]!r}` under a strategy)"
-    return text

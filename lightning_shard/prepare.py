@@ -86,9 +86,12 @@ def prepare_with_options(
     """
     _check_loader(dataloader)
     options = _agree_on_seed(options, topology)
-    dispatch = _resolve_dispatch(dataloader, options)
+    dispatch = options.dispatch_batches
+    if dispatch is None:
+        dispatch = options.put_on_device and isinstance(dataloader.dataset, IterableDataset)
     if options.split_batches:
-        check_split_batch_size(_batch_size(dataloader), topology.num_processes, "dataloader")
+        batch_size = dataloader.batch_size or getattr(_batch_sampler(dataloader), "batch_size", None)
+        check_split_batch_size(batch_size, topology.num_processes, "dataloader")
     if dispatch:
         _check_dispatch_mesh(device_mesh, topology)
         _check_dispatch_stream(dataloader.dataset, topology)
@@ -126,19 +129,6 @@ def _check_loader(dataloader: Any) -> None:
             f"`dataloader` is already prepared ({type(dataloader).__name__}); preparing it again would "
             "shard it twice. Pass the original `DataLoader`."
         )
-    _check_not_sharded(dataloader)
-    sampler = _index_sampler(dataloader)
-    if isinstance(sampler, DistributedSampler) or hasattr(sampler, "num_replicas"):
-        raise ValueError(
-            f"`dataloader` already shards by rank: its sampler is a {type(sampler).__name__}. Sharding it "
-            "again would give each process a fraction of its share. Use a plain sampler (e.g. "
-            "`shuffle=True`), or, to keep sharding it yourself under Lightning, pass "
-            "`Trainer(use_distributed_sampler=False)`: the strategy then leaves every loader as it is."
-        )
-
-
-def _check_not_sharded(dataloader: DataLoader) -> None:
-    """Refuse a loader built on our own shards: preparing it would shard the shard."""
     for part in (_batch_sampler(dataloader), dataloader.dataset):
         if (
             isinstance(part, (BatchSamplerShard, IterableDatasetShard, NativeStreamShard))
@@ -149,12 +139,14 @@ def _check_not_sharded(dataloader: DataLoader) -> None:
                 "which already shards it; preparing it would give each process a fraction of its share. "
                 "Pass a `DataLoader` over the plain dataset and batch sampler."
             )
-
-
-def _resolve_dispatch(dataloader: DataLoader, options: ShardOptions) -> bool:
-    if options.dispatch_batches is not None:
-        return options.dispatch_batches
-    return options.put_on_device and isinstance(dataloader.dataset, IterableDataset)
+    sampler = getattr(_batch_sampler(dataloader), "sampler", None)
+    if isinstance(sampler, DistributedSampler) or hasattr(sampler, "num_replicas"):
+        raise ValueError(
+            f"`dataloader` already shards by rank: its sampler is a {type(sampler).__name__}. Sharding it "
+            "again would give each process a fraction of its share. Use a plain sampler (e.g. "
+            "`shuffle=True`), or, to keep sharding it yourself under Lightning, pass "
+            "`Trainer(use_distributed_sampler=False)`: the strategy then leaves every loader as it is."
+        )
 
 
 def _check_dispatch_mesh(device_mesh: Any, topology: Topology) -> None:
@@ -169,12 +161,6 @@ def _check_dispatch_mesh(device_mesh: Any, topology: Topology) -> None:
     )
 
 
-def _batch_size(dataloader: DataLoader) -> int | None:
-    if dataloader.batch_size is not None:
-        return dataloader.batch_size
-    return getattr(_batch_sampler(dataloader), "batch_size", None)
-
-
 def _batch_sampler(dataloader: DataLoader) -> Any:
     """The user's batch sampler (also when it was passed as ``sampler`` with ``batch_size=None``)."""
     if isinstance(dataloader.sampler, BatchSampler):
@@ -182,30 +168,19 @@ def _batch_sampler(dataloader: DataLoader) -> Any:
     return dataloader.batch_sampler
 
 
-def _index_sampler(dataloader: DataLoader) -> Any:
-    return getattr(_batch_sampler(dataloader), "sampler", None)
-
-
 def _with_own_generator(sampler: RandomSampler, options: ShardOptions) -> RandomSampler:
     """A copy of ``sampler`` whose order is recorded (a generator) and, if asked, seedable."""
+    # NOTE: `_num_samples` is the constructor argument, None meaning len(data).
+    same: dict[str, Any] = {"replacement": sampler.replacement, "num_samples": sampler._num_samples}
     if options.use_seedable_sampler:
         return SeedableRandomSampler(
-            sampler.data_source,
-            replacement=sampler.replacement,
-            num_samples=sampler._num_samples,  # NOTE: the constructor argument, None meaning len(data)
-            generator=sampler.generator,
-            data_seed=options.data_seed,
+            sampler.data_source, **same, generator=sampler.generator, data_seed=options.data_seed
         )
     if sampler.generator is not None:
         return sampler
     # NOTE: drawn from the global RNG exactly as the reference does, so seeded runs agree with it.
     seed = int(torch.empty((), dtype=torch.int64).random_().item())
-    return RandomSampler(
-        sampler.data_source,
-        replacement=sampler.replacement,
-        num_samples=sampler._num_samples,
-        generator=torch.Generator().manual_seed(seed),
-    )
+    return RandomSampler(sampler.data_source, **same, generator=torch.Generator().manual_seed(seed))
 
 
 def _rebuilt_batch_sampler(batch_sampler: Any, options: ShardOptions) -> Any:
@@ -226,9 +201,8 @@ def _build_map_shard(
     dataloader: DataLoader, options: ShardOptions, topology: Topology, device: Any
 ) -> DataLoaderShard:
     user_batch_sampler = _batch_sampler(dataloader)
-    per_sample = (
-        user_batch_sampler is None
-    )  # NOTE: `DataLoader(batch_size=None)`: one uncollated sample a step
+    # NOTE: `DataLoader(batch_size=None)`: one uncollated sample a step.
+    per_sample = user_batch_sampler is None
     if per_sample:
         user_batch_sampler = BatchSampler(dataloader.sampler, 1, drop_last=False)
     batch_sampler = _rebuilt_batch_sampler(user_batch_sampler, options)
@@ -341,7 +315,13 @@ def _build_dispatcher(
         dataset = split_among_workers(dataset, dataloader.num_workers)
     else:
         user_batch_sampler = _batch_sampler(dataloader)
-        _check_dispatch_batches(user_batch_sampler)
+        if user_batch_sampler is None:
+            raise ValueError(
+                "`dispatch_batches=True` with `DataLoader(batch_size=None)`: process 0 would load single, uncollated "
+                "samples, which cannot be sliced into a part per process. Give the loader a `batch_size` (each "
+                "process then gets its slice of every batch), or use `dispatch_batches=False` (each process loads "
+                "its own samples)."
+            )
         batch_sampler = _rebuilt_batch_sampler(user_batch_sampler, options)
         # NOTE: a one-process shard is the batch sampler itself, plus arithmetic skipping on resume.
         kwargs["batch_sampler"] = BatchSamplerShard(batch_sampler, even_batches=False)
@@ -371,17 +351,6 @@ def _check_dispatch_stream(dataset: Any, topology: Topology) -> None:
         "read. Use `dispatch_batches=False` (each process reads its own part, passed through), or give the "
         "dataset unsplit."
     )
-
-
-def _check_dispatch_batches(batch_sampler: Any) -> None:
-    """Refuse dispatching a map-style loader that yields single uncollated samples (``batch_size=None``)."""
-    if batch_sampler is None:
-        raise ValueError(
-            "`dispatch_batches=True` with `DataLoader(batch_size=None)`: process 0 would load single, uncollated "
-            "samples, which cannot be sliced into a part per process. Give the loader a `batch_size` (each "
-            "process then gets its slice of every batch), or use `dispatch_batches=False` (each process loads "
-            "its own samples)."
-        )
 
 
 def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoader:

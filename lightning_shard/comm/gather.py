@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from lightning_shard.comm.collectives import communication_device, is_distributed
+from lightning_shard.comm.collectives import all_gather_objects, communication_device, is_distributed
 from lightning_shard.comm.tree import Node, flatten, is_tensor_tree, map_leaves, unflatten
 
 _HASH, _TENSORS, _ROWS, _UNIFORM = range(4)
@@ -59,11 +59,11 @@ def gather_in_process_order(data: Any, sources: Sequence[int] | None = None) -> 
     # NOTE: one reduction gives every column's range: equal hashes, all tensors, equal rows, all uniform.
     low, high = (values.tolist() for values in header.aminmax(dim=0))
     if low[_HASH] != high[_HASH] or not low[_TENSORS]:
-        parts: list[Any] = [None] * header.shape[0]
-        dist.all_gather_object(parts, _to_cpu(data))
-        return merge_parts(_kept(parts, sources))
+        parts = all_gather_objects(_to_cpu(data))
+        return merge_parts(parts if sources is None else [parts[rank] for rank in sources])
     if low[_UNIFORM] and low[_ROWS] == high[_ROWS] and sources is None:
-        gathered = [_gather_equal(leaf) for leaf in leaves]
+        # NOTE: every process has as many rows: one all-gather per leaf, nothing to cut.
+        gathered = [_all_gather_leaf(torch.atleast_1d(leaf)) for leaf in leaves]
     else:
         rows = _leaf_rows(leaves, header, bool(low[_UNIFORM]))
         gathered = [_gather_leaf(leaf, rows[:, column], sources) for column, leaf in enumerate(leaves)]
@@ -73,7 +73,9 @@ def gather_in_process_order(data: Any, sources: Sequence[int] | None = None) -> 
 def _header(node: Node, leaves: list[Any], tensors: bool) -> torch.Tensor:
     """This process's ``[hash, tensors, rows, uniform]``: what must agree, and the rows if one count."""
     counts = [_rows(leaf) for leaf in leaves] if tensors else [0]
-    digest = hashlib.blake2b(repr(_signature_of(node, leaves)).encode(), digest_size=8).digest()
+    # NOTE: what must agree across processes to gather leaf by leaf: structure, dtypes, trailing shapes.
+    shape = (_shape_of(node), tuple(_leaf_signature(leaf) for leaf in leaves))
+    digest = hashlib.blake2b(repr(shape).encode(), digest_size=8).digest()
     signature = int.from_bytes(digest, "little", signed=True)
     uniform = counts.count(counts[0]) == len(counts)
     return torch.tensor([signature, int(tensors), counts[0], int(uniform)], dtype=torch.int64)
@@ -98,19 +100,9 @@ def _all_gather_rows(local: torch.Tensor, device: torch.device) -> torch.Tensor:
     world = dist.get_world_size()
     # NOTE: the concatenated form (`[N * rows, ...]`); gloo refuses the stacked one.
     out = local.new_empty((world * local.shape[0], *local.shape[1:]))
-    _all_gather_single(out, local)
-    return out.view(world, *local.shape)
-
-
-def _all_gather_single(out: torch.Tensor, local: torch.Tensor) -> None:
     # NOTE: `all_gather_single` replaces the deprecated `all_gather_into_tensor` from torch 2.12 on.
-    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    gather(out, local)
-
-
-def _gather_equal(leaf: torch.Tensor) -> torch.Tensor:
-    """``leaf`` of every process when all have as many rows: one all-gather, nothing to cut."""
-    return _all_gather_leaf(leaf.reshape(1) if leaf.dim() == 0 else leaf)
+    (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(out, local)
+    return out.view(world, *local.shape)
 
 
 def _all_gather_leaf(leaf: torch.Tensor) -> torch.Tensor:
@@ -126,7 +118,7 @@ def _gather_leaf(leaf: torch.Tensor, rows: torch.Tensor, sources: Sequence[int] 
     ``rows`` (on the CPU) holds each process's row count: each process pads to the longest, one
     all-gather fills an ``[N * longest, ...]`` tensor, and one index keeps the real rows in order.
     """
-    leaf = leaf.reshape(1) if leaf.dim() == 0 else leaf
+    leaf = torch.atleast_1d(leaf)
     longest = int(rows.max())
     if leaf.shape[0] < longest:
         leaf = torch.cat([leaf, leaf.new_zeros((longest - leaf.shape[0], *leaf.shape[1:]))])
@@ -136,10 +128,6 @@ def _gather_leaf(leaf: torch.Tensor, rows: torch.Tensor, sources: Sequence[int] 
     offsets = torch.arange(longest)
     index = (ranks[:, None] * longest + offsets)[offsets < kept[:, None]]
     return padded.index_select(0, index.to(padded.device))
-
-
-def _kept(parts: list[Any], sources: Sequence[int] | None) -> list[Any]:
-    return parts if sources is None else [parts[rank] for rank in sources]
 
 
 def merge_parts(parts: list[Any]) -> Any:
@@ -154,7 +142,7 @@ def merge_parts(parts: list[Any]) -> Any:
         return {key: merge_parts([part[key] for part in parts]) for key in first}
     if all(isinstance(part, torch.Tensor) for part in parts):
         try:
-            return torch.cat([part.reshape(1) if part.dim() == 0 else part for part in parts])
+            return torch.cat([torch.atleast_1d(part) for part in parts])
         except RuntimeError:
             return list(parts)
     return list(parts)
@@ -185,11 +173,6 @@ def _from_bytes(gathered: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     if not gathered.shape[-1]:
         return like.new_empty((total, *like.shape[1:]))
     return gathered.reshape(total, gathered.shape[-1]).view(like.dtype).reshape(total, *like.shape[1:])
-
-
-def _signature_of(node: Node, leaves: list[Any]) -> Any:
-    """What must agree across processes to gather leaf by leaf: structure, dtypes, trailing shapes."""
-    return (_shape_of(node), tuple(_leaf_signature(leaf) for leaf in leaves))
 
 
 def _shape_of(node: Node) -> Any:

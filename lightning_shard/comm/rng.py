@@ -16,6 +16,23 @@ from lightning_shard.comm.collectives import broadcast_object
 RNG_TYPES = ("torch", "cuda", "generator")
 
 
+def rng_names(rng_types: str | Enum | Iterable[str | Enum]) -> tuple[str, ...]:
+    """``rng_types`` as plain strings (one name or enum member, or several).
+
+    Raises:
+        ValueError: on a name that is not in ``RNG_TYPES``.
+    """
+    kinds = (rng_types,) if isinstance(rng_types, (str, Enum)) else tuple(rng_types)
+    names = tuple(str(getattr(kind, "value", kind)) for kind in kinds)
+    unknown = [name for name in names if name not in RNG_TYPES]
+    if unknown:
+        raise ValueError(
+            f"`rng_types` contains {unknown}, which are not known generators. "
+            f"Use any of {list(RNG_TYPES)}, e.g. `rng_types=['generator']`."
+        )
+    return names
+
+
 def normalize_rng_types(
     rng_types: Iterable[str | Enum] | None, generator: torch.Generator | None
 ) -> tuple[str, ...]:
@@ -26,15 +43,7 @@ def normalize_rng_types(
     """
     if rng_types is None:
         return ()
-    if isinstance(rng_types, (str, Enum)):
-        rng_types = [rng_types]
-    names = tuple(str(getattr(kind, "value", kind)) for kind in rng_types)
-    for name in names:
-        if name not in RNG_TYPES:
-            raise ValueError(
-                f"`rng_types` contains {name!r}, which is not a known generator. "
-                f"Use any of {list(RNG_TYPES)}, e.g. `rng_types=['generator']`."
-            )
+    names = rng_names(rng_types)
     if "cuda" in names and not torch.cuda.is_available():
         raise ValueError(
             "`rng_types` contains 'cuda' but CUDA is not available on this machine. "

@@ -46,14 +46,11 @@ class Layout:
     node: Node
     tensors: tuple[TensorMeta, ...]
 
-    @property
-    def small_bytes(self) -> int:
-        """Bytes of the small tensors, which travel packed in the control message."""
-        return sum(_nbytes(*meta) for meta in self.tensors if _is_small(*meta))
-
 
 def _control_bytes(layout: Layout | None) -> int:
-    return _HEADER_BYTES + (layout.small_bytes if layout is not None else 0)
+    """The header, and the bytes of the small tensors, which travel packed in the control message."""
+    tensors = layout.tensors if layout is not None else ()
+    return _HEADER_BYTES + sum(_nbytes(*meta) for meta in tensors if _is_small(*meta))
 
 
 @dataclass
@@ -121,14 +118,8 @@ class Channel:
                 self._send(_as_bytes(tensor.detach().contiguous()))
 
     # -- receiving (the other processes) ------------------------------------------------------------
-    def _recv(self, numel: int, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
-        tensor = torch.empty(numel, dtype=dtype, device=self.device)
-        dist.recv(tensor, src=self.peer)
-        self.bytes_moved += tensor.numel() * tensor.element_size()
-        return tensor
-
-    def _recv_tensor(self, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
-        """Receive a large tensor straight into its own memory."""
+    def _recv(self, shape: int | tuple[int, ...], dtype: torch.dtype = torch.uint8) -> torch.Tensor:
+        """Receive a tensor straight into its own memory."""
         tensor = torch.empty(shape, dtype=dtype, device=self.device)
         dist.recv(_as_bytes(tensor), src=self.peer)
         self.bytes_moved += tensor.numel() * tensor.element_size()
@@ -150,7 +141,10 @@ class Channel:
         sequences = iter(pickle.loads(_bytes(self._recv(sequence_size))) if sequence_size else [])
         small_tensors = iter(_unpack(small, tuple(meta for meta in layout.tensors if _is_small(*meta))))
         tensors = iter(
-            [next(small_tensors) if _is_small(*meta) else self._recv_tensor(*meta) for meta in layout.tensors]
+            [
+                next(small_tensors) if _is_small(*meta) else self._recv(meta[1], meta[0])
+                for meta in layout.tensors
+            ]
         )
         leaves = [next(tensors) if kind == "tensor" else next(sequences) for kind in _leaf_kinds(layout.node)]
         return Status(status), unflatten(layout.node, leaves)
@@ -170,12 +164,8 @@ def _leaf_kinds(node: Node) -> list[str]:
     return [kind for child in node.children for kind in _leaf_kinds(child)]
 
 
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
 def _nbytes(dtype: torch.dtype, shape: tuple[int, ...] | torch.Size) -> int:
-    return math.prod(shape) * _itemsize(dtype)
+    return math.prod(shape) * dtype.itemsize
 
 
 def _is_small(dtype: torch.dtype, shape: tuple[int, ...] | torch.Size) -> bool:

@@ -19,7 +19,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
-from lightning_shard.audit import AuditReport, ShardAudit, expected_padding_and_missing
+from lightning_shard.audit import AuditReport, ShardAudit, sharding_allowances
 from lightning_shard.comm.collectives import all_gather_objects
 from lightning_shard.lightning.stages import ShardLoader, flatten_loaders, is_shard_loader
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
@@ -300,14 +300,6 @@ def _epoch_audit(loader: ShardLoader, steps_before: int, recorded: bool = False)
     info = state.sharding
     length, batch_size = info.dataset_length or 0, info.batch_size or 0
     before = min(state.consumed * batch_size, length)
-    padding, missing = expected_padding_and_missing(
-        length - before,
-        batch_size,
-        info.num_processes,
-        split_batches=info.split_batches,
-        even_batches=info.even_batches,
-        drop_last=info.drop_last,
-        dispatch=info.mode == "dispatch",
-    )
+    padding, missing = sharding_allowances(info, length - before)
     allowed_missing = missing if recorded else before + missing
     return ShardAudit(length, allowed_padding=padding, allowed_missing=allowed_missing), before

@@ -20,7 +20,7 @@ from lightning_shard.sampling.balance import (
     tail_steps,
 )
 from lightning_shard.sampling.epochs import forward_epoch
-from lightning_shard.sampling.fast_index import ShardLayout, fast_epoch_order
+from lightning_shard.sampling.fast_index import EpochOrder, ShardLayout, fast_epoch_order
 
 
 class BatchSamplerShard(BatchSampler):
@@ -151,21 +151,19 @@ class BatchSamplerShard(BatchSampler):
         fast = fast_epoch_order(self.batch_sampler)
         layout = self._layout()
         if fast is not None and layout is not None:
-            return self._iter_fast(layout, fast.draw, fast.finish, start, consumed)
+            return self._iter_fast(layout, fast, start, consumed)
         source = itertools.islice(iter(self.batch_sampler), consumed, None)
         return itertools.islice(self._iter_generic(source, consumed), start, None)
 
     @staticmethod
-    def _iter_fast(
-        layout: ShardLayout, draw: Any, finish: Any, start: int, consumed: int
-    ) -> Iterator[list[int]]:
-        order = draw()
+    def _iter_fast(layout: ShardLayout, fast: EpochOrder, start: int, consumed: int) -> Iterator[list[int]]:
+        order = fast.draw()
         offset = min(consumed * layout.batch_size, layout.length)
         if isinstance(order, torch.Tensor):
             yield from layout.skip(offset).iter_batches(order[offset:], start)
         else:  # NOTE: the identity, or a keyed order: both are evaluated at positions from `offset` on.
             yield from layout.skip(offset).iter_batches(order, start, offset=offset)
-        finish()
+        fast.finish()
 
     def _iter_generic(self, source: Iterable[Any] | None = None, consumed: int = 0) -> Iterator[list[int]]:
         """The streaming path, for any batch sampler; ``source`` replaces the wrapped sampler's batches
@@ -233,7 +231,9 @@ class BatchSamplerShard(BatchSampler):
                 yield mine
                 mine = None
             last, seen = batch, position + 1
-        if self.drop_last or not _has_data(head, self.batch_size):
+        # NOTE: the first batches must hold something to pad with (whole batches count when sizes vary).
+        has_data = bool(head) if self.batch_size is None else any(len(batch) for batch in head)
+        if self.drop_last or not has_data:
             return
         if not self.even_batches:
             if mine:
@@ -261,11 +261,6 @@ class BatchSamplerShard(BatchSampler):
             if position % n == r:
                 yield batch
             cursor, partial, position = stop, [], position + 1
-
-
-def _has_data(head: list[Any], batch_size: int | None) -> bool:
-    """Whether the first batches hold anything to pad with (whole batches count when sizes vary)."""
-    return bool(head) if batch_size is None else any(len(batch) for batch in head)
 
 
 def _repeat_to(items: list[Any], minimum: int) -> list[Any]:

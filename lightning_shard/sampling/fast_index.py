@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -19,11 +20,9 @@ from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
 from lightning_shard.sampling.balance import EvenBatches, chunk, is_balanced, tail_steps
 from lightning_shard.sampling.permutation import KeyedPermutation
-from lightning_shard.sampling.samplers import ScalableRandomSampler, SeedableRandomSampler
+from lightning_shard.sampling.samplers import _CHUNK_POSITIONS, ScalableRandomSampler, SeedableRandomSampler
 
 _CHUNK_ROWS = 1024
-_CHUNK_POSITIONS = 1 << 16
-"""Positions of a keyed order computed at once: its memory is ``O(batch)``, not ``O(epoch)``."""
 
 Order = torch.Tensor | KeyedPermutation | None
 """An epoch's order: a tensor, a permutation evaluated at positions, or ``None`` (the identity)."""
@@ -54,9 +53,6 @@ class ShardLayout:
     def balanced(self) -> bool:
         """Whether the epoch ends in a balanced tail (``even_batches="balanced"``, enough samples)."""
         return not self.drop_last and is_balanced(self.even_batches, self.length, self.num_processes)
-
-    def _head_length(self) -> int:
-        return min(self.span, self.length)
 
     def row_geometry(self) -> tuple[int, int, int, int]:
         """``(rows, first, stride, width)``: row ``k`` of the unpadded batches is
@@ -102,7 +98,7 @@ class ShardLayout:
         span = self.tail_span()
         if span is None:
             return None
-        head = self._head_length()
+        head = min(self.span, self.length)
         return [p if p < self.length else (p - self.length) % head for p in range(*span)]
 
     def num_batches(self) -> int:
@@ -152,37 +148,24 @@ class ShardLayout:
             yield list(range(begin, begin + width))
 
 
-def _identity_order() -> None:
-    """A sequential sampler's order is the identity: no tensor is needed."""
-    return None
-
-
-def _random_order(sampler: RandomSampler) -> Callable[[], torch.Tensor]:
+def _draw_random(sampler: RandomSampler) -> torch.Tensor:
     """Draw exactly what ``RandomSampler.__iter__`` draws, from the same generator state."""
-
-    def draw() -> torch.Tensor:
-        n = len(sampler.data_source)  # type: ignore[arg-type]
-        if isinstance(sampler, SeedableRandomSampler):
-            return torch.randperm(n, generator=sampler.reseed())
-        if sampler.generator is None:
-            seed = int(torch.empty((), dtype=torch.int64).random_().item())
-            return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-        return torch.randperm(n, generator=sampler.generator)
-
-    return draw
+    n = len(sampler.data_source)  # type: ignore[arg-type]
+    if isinstance(sampler, SeedableRandomSampler):
+        return torch.randperm(n, generator=sampler.reseed())
+    if sampler.generator is None:
+        seed = int(torch.empty((), dtype=torch.int64).random_().item())
+        return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    return torch.randperm(n, generator=sampler.generator)
 
 
-def _finish_random(sampler: RandomSampler) -> Callable[[], None]:
+def _finish_random(sampler: RandomSampler) -> None:
     """Advance a visible generator as ``RandomSampler`` does after its last index (a discarded draw)."""
-
-    def finish() -> None:
-        visible = sampler.generator is not None and not (
-            isinstance(sampler, SeedableRandomSampler) and sampler.owns_generator
-        )
-        if visible:
-            torch.randperm(len(sampler.data_source), generator=sampler.generator)  # type: ignore[arg-type]
-
-    return finish
+    visible = sampler.generator is not None and not (
+        isinstance(sampler, SeedableRandomSampler) and sampler.owns_generator
+    )
+    if visible:
+        torch.randperm(len(sampler.data_source), generator=sampler.generator)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -201,9 +184,9 @@ def fast_epoch_order(batch_sampler: object) -> EpochOrder | None:
     if type(sampler) is ScalableRandomSampler:
         return EpochOrder(sampler.order, lambda: None)
     if type(sampler) is SequentialSampler:
-        return EpochOrder(_identity_order, lambda: None)
+        return EpochOrder(lambda: None, lambda: None)  # NOTE: the identity order needs no tensor.
     if type(sampler) in (RandomSampler, SeedableRandomSampler):
         if sampler.replacement or sampler.num_samples != len(sampler.data_source):
             return None
-        return EpochOrder(_random_order(sampler), _finish_random(sampler))
+        return EpochOrder(partial(_draw_random, sampler), partial(_finish_random, sampler))
     return None

@@ -51,8 +51,7 @@ class KeyedPermutation:
         """``perm[positions]`` (``int64``, the shape of ``positions``); positions must lie in ``[0, n)``."""
         if self.table is not None:
             return self.table[positions.to(torch.int64)]
-        values = positions.to(torch.int64, copy=True)
-        values = self._encrypt(values)
+        values = self._encrypt(positions.to(torch.int64))  # NOTE: `_encrypt` returns a new tensor.
         outside = values >= self.length
         while bool(outside.any()):
             values[outside] = self._encrypt(values[outside])

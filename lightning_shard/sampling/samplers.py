@@ -15,6 +15,7 @@ from lightning_shard.sampling.index_source import SeekableBatchSampler
 from lightning_shard.sampling.permutation import KeyedPermutation
 
 _CHUNK_POSITIONS = 1 << 16
+"""Positions of a keyed order computed at once: its memory is ``O(batch)``, not ``O(epoch)``."""
 
 
 class SeedableRandomSampler(RandomSampler):
@@ -48,14 +49,10 @@ class SeedableRandomSampler(RandomSampler):
         seed = check_seed("data_seed", data_seed)
         self.initial_seed: int = seed if seed is not None else torch.initial_seed()
         self.epoch: int = 0
-        self._owns_generator = generator is None
+        # NOTE: a private generator's state after an epoch is unobservable.
+        self.owns_generator = generator is None
         if self.generator is None:
             self.generator = torch.Generator()
-
-    @property
-    def owns_generator(self) -> bool:
-        """Whether the generator is private, so its state after an epoch is unobservable."""
-        return self._owns_generator
 
     def reseed(self) -> torch.Generator:
         """Seed the generator for the current epoch and return it."""
