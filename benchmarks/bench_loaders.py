@@ -24,13 +24,16 @@ import argparse
 import gc
 import itertools
 import os
+import statistics
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from _datasets import Indices
 from _processes import on_processes
+from _release import import_release
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from lightning_shard import BatchSamplerShard, prepare_data_loader
@@ -40,24 +43,36 @@ TARGET_DISPATCH = 1.5
 TARGET_RESUME = 1 / 3
 
 
-def best_of(run: Callable[[], Any], repeats: int, clock: Callable[[], float] = time.process_time) -> float:
-    """Best time of ``repeats`` calls; CPU time by default (single-process work, robust to machine load)."""
-    best = float("inf")
-    for _ in range(repeats):
-        gc.collect()
+def timed(run: Callable[[], Any], clock: Callable[[], float] = time.process_time) -> float:
+    """One call of ``run``, timed as ``timeit`` does: garbage collected before, the collector off during.
+
+    CPU time by default (single-process work: robust to the load of a shared machine).
+    """
+    gc.collect()
+    gc.disable()
+    try:
         start = clock()
         run()
-        best = min(best, clock() - start)
-    return best
+        return clock() - start
+    finally:
+        gc.enable()
+
+
+def alternating(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
+    """Every run's ``repeats`` times, the runs alternating (their order rotating each round) so that all
+    see the same machine state."""
+    names, times = list(runs), {name: [] for name in runs}
+    for round_ in range(repeats):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(timed(runs[name]))
+    return times
 
 
 def alternate(ours: Callable[[], Any], theirs: Callable[[], Any], repeats: int) -> tuple[float, float]:
-    """Best CPU times of both, runs interleaved so that both see the same machine state."""
-    best_ours = best_theirs = float("inf")
-    for _ in range(repeats):
-        best_ours = min(best_ours, best_of(ours, 1))
-        best_theirs = min(best_theirs, best_of(theirs, 1))
-    return best_ours, best_theirs
+    """Median CPU times of both, runs alternating."""
+    times = alternating({"ours": ours, "theirs": theirs}, repeats)
+    return statistics.median(times["ours"]), statistics.median(times["theirs"])
 
 
 # -- (a) per-batch overhead -------------------------------------------------------------------------
@@ -101,11 +116,98 @@ def overhead(samples: int, batch_size: int, num_processes: int, repeats: int) ->
     for run in (run_shard, run_lists):
         if not all(torch.equal(a, b) for a, b in zip(reference, run(), strict=True)):
             raise SystemExit("(a): ours and a plain DataLoader yield different batches")
-    times = {"ours": float("inf"), "shard": float("inf"), "lists": float("inf")}
-    for _ in range(repeats):
-        for name, run in (("ours", run_ours), ("shard", run_shard), ("lists", run_lists)):
-            times[name] = min(times[name], best_of(run, 1))
-    return {**times, "batches": len(batches)}
+    times = alternating({"ours": run_ours, "shard": run_shard, "lists": run_lists}, repeats)
+    return {**{name: statistics.median(values) for name, values in times.items()}, "batches": len(batches)}
+
+
+# -- (e) the per-batch path against a release and the reference (issue 18) -----------------------------
+LOADERS = ("plain", "ours", "release", "reference")
+
+
+def against_release(
+    checkout: str, samples: int, batch_size: int, num_processes: int, repeats: int
+) -> tuple[dict[str, dict[str, list[float]]], int]:
+    """One epoch of process 0 through four loaders reading the same batches, for each placement.
+
+    ``plain``: a ``DataLoader`` over this process's index lists, computed beforehand; ``ours``: this
+    checkout's ``DataLoaderShard``; ``release``: the one of the checkout at ``checkout`` (0.1); ``reference``:
+    accelerate's. Each from its ``prepare_data_loader`` with the defaults (``device=None``, as
+    ``put_on_device=False`` gives), then with ``put_on_device=True, device="cpu"`` (the batch is already
+    where it should be, as on a CPU fit). Returns the times (s) per placement, then per loader, and the
+    number of batches of the epoch.
+    """
+    from accelerate.data_loader import prepare_data_loader as reference_prepare
+
+    release = import_release(checkout, "prepare")
+    dataset = TensorDataset(torch.arange(samples, dtype=torch.float32).view(-1, 1).expand(-1, 8).contiguous())
+
+    def user() -> DataLoader:
+        return DataLoader(
+            dataset, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(0)
+        )
+
+    results = {}
+    for device in (None, "cpu"):
+        place = {"num_processes": num_processes, "process_index": 0, "put_on_device": device is not None}
+        ours = prepare_data_loader(user(), device=device, **place)
+        old = release.prepare_data_loader(user(), device=device, **place)
+        theirs = reference_prepare(user(), device=None if device is None else torch.device(device), **place)
+        starts = {"ours": _from_state(ours), "release": _from_state(old), "reference": _reseeded(theirs)}
+        indices = [batch[:, 0].long().tolist() for batch in _first_fields(starts["ours"])]
+        plain = DataLoader(dataset, batch_sampler=indices)
+        starts = {"plain": lambda plain=plain: plain, **starts}
+        expected = _first_fields(starts["plain"])
+        for name, start in starts.items():
+            if not all(torch.equal(a, b) for a, b in zip(expected, _first_fields(start), strict=True)):
+                raise SystemExit(
+                    f"(e): {name} and a plain DataLoader yield different batches (device={device})"
+                )
+        runs = {name: (lambda start=start: deque(start(), maxlen=0)) for name, start in starts.items()}
+        results[str(device)] = alternating(runs, repeats)
+    return results, len(indices)
+
+
+def _from_state(loader: Any) -> Callable[[], Any]:
+    """``loader`` at the start of the same epoch each time (its state at its start, loaded)."""
+    state = loader.state_dict()
+
+    def start() -> Any:
+        loader.load_state_dict(state)
+        return loader
+
+    return start
+
+
+def _reseeded(loader: Any) -> Callable[[], Any]:
+    """The reference's ``loader`` at the start of the same epoch each time (its generator reseeded)."""
+
+    def start() -> Any:
+        loader.batch_sampler.batch_sampler.sampler.generator.manual_seed(0)
+        return loader
+
+    return start
+
+
+def _first_fields(start: Callable[[], Any]) -> list[torch.Tensor]:
+    return [batch[0] for batch in start()]
+
+
+def print_against_release(times: dict[str, dict[str, list[float]]], checkout: str, batches: int) -> None:
+    print(f"\n(e) per-batch path vs {checkout} (release) and accelerate's DataLoaderShard (reference)")
+    print("| device | loader | median epoch (s) | us/batch | ratio to plain | per-round ratios | target |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    for device, runs in times.items():
+        plain = statistics.median(runs["plain"])
+        for name in LOADERS:
+            middle = statistics.median(runs[name])
+            ratio = middle / plain
+            rounds = [mine / base for mine, base in zip(runs[name], runs["plain"], strict=True)]
+            verdict = f"<= {TARGET_OVERHEAD}x, {'met' if ratio <= TARGET_OVERHEAD else 'MISSED'}"
+            print(
+                f"| {device} | {name} | {middle:.3f} | {middle / batches * 1e6:.1f} | {ratio:.3f}x | "
+                f"{min(rounds):.3f}x to {max(rounds):.3f}x | {verdict if name == 'ours' else ''} |",
+                flush=True,
+            )
 
 
 # -- (b) dispatch throughput ------------------------------------------------------------------------
@@ -138,9 +240,14 @@ def _dispatch_epoch(loader: Any) -> tuple[float, list[float]]:
     import torch.distributed as dist
 
     dist.barrier()
-    start = time.perf_counter()
-    sums = [float(batch["x"].sum()) + float(batch["y"].sum()) for batch in loader]
-    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        sums = [float(batch["x"].sum()) + float(batch["y"].sum()) for batch in loader]
+        elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+    finally:
+        gc.enable()
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # NOTE: an epoch lasts until its slowest process ends.
     return float(elapsed), sums
 
@@ -155,11 +262,15 @@ def dispatch_worker(
     ours = prepare_data_loader(DataLoader(Images(samples), batch_size=batch_size), **kwargs)
     theirs = reference_prepare(DataLoader(Images(samples), batch_size=batch_size), **kwargs)
     same = _dispatch_epoch(ours)[1] == _dispatch_epoch(theirs)[1]
-    best_ours = best_theirs = float("inf")
+    times: dict[str, list[float]] = {"ours": [], "theirs": []}
     for _ in range(repeats):
-        best_ours = min(best_ours, _dispatch_epoch(ours)[0])
-        best_theirs = min(best_theirs, _dispatch_epoch(theirs)[0])
-    return {"ours": best_ours, "theirs": best_theirs, "same": same, "received": ours.bytes_received}
+        times["ours"].append(_dispatch_epoch(ours)[0])
+        times["theirs"].append(_dispatch_epoch(theirs)[0])
+    return {
+        **{name: statistics.median(values) for name, values in times.items()},
+        "same": same,
+        "received": ours.bytes_received,
+    }
 
 
 def dispatch(samples: int, batch_size: int, repeats: int) -> dict[str, Any]:
@@ -211,8 +322,8 @@ def resume(samples: int, batch_size: int, num_processes: int, repeats: int) -> t
     run_ours, run_theirs = _first_batch_after(state, fresh, theirs, skip)
     if not torch.equal(run_ours(), run_theirs()):
         raise SystemExit("(c): ours and the reference resume at different batches")
-    best_ours, best_theirs = alternate(run_ours, run_theirs, repeats)
-    return best_ours, best_theirs, skip
+    median_ours, median_theirs = alternate(run_ours, run_theirs, repeats)
+    return median_ours, median_theirs, skip
 
 
 def resume_elsewhere(
@@ -236,8 +347,8 @@ def resume_elsewhere(
     consumed = {int(i) for rank in range(saved) for i in _first_batches(user, saved, rank, state["steps"])}
     if set(run_ours().tolist()) & consumed:
         raise SystemExit("(d): the resumed batch repeats a sample consumed before the checkpoint")
-    best_ours, best_theirs = alternate(run_ours, run_theirs, repeats)
-    return best_ours, best_theirs, state["consumed"] * batch_size
+    median_ours, median_theirs = alternate(run_ours, run_theirs, repeats)
+    return median_ours, median_theirs, state["consumed"] * batch_size
 
 
 def _first_batches(user: Callable[[], DataLoader], num_processes: int, rank: int, steps: int) -> list[int]:
@@ -255,11 +366,25 @@ def main() -> None:
     parser.add_argument("--overhead-samples", type=int, default=200_000)
     parser.add_argument("--dispatch-batches", type=int, default=100, help="global batches per epoch in (b)")
     parser.add_argument("--resume-samples", type=int, default=10_000_000)
+    parser.add_argument(
+        "--against",
+        metavar="CHECKOUT",
+        help="(e): also time the per-batch path of the release checked out there",
+    )
+    parser.add_argument("--only-against", action="store_true", help="run (e) only")
     args = parser.parse_args()
     threads = os.environ.get("OMP_NUM_THREADS", "unset")
     print(
-        f"torch {torch.__version__}, {os.cpu_count()} CPUs, OMP_NUM_THREADS={threads}, best of {args.repeats}"
+        f"torch {torch.__version__}, {os.cpu_count()} CPUs, OMP_NUM_THREADS={threads}, load average "
+        f"{os.getloadavg()[0]:.2f}, median of {args.repeats} alternating runs (twice as many for (a) and (e)), "
+        "gc collected before and disabled during each"
     )
+    if args.against is not None:
+        times, batches = against_release(args.against, args.overhead_samples, 16, 2, 2 * args.repeats)
+        print_against_release(times, args.against, batches)
+        print(f"load average after (e): {os.getloadavg()[0]:.2f}\n")
+    if args.only_against:
+        return
     print("| benchmark | ours | baseline | ratio | target |")
     print("|---|---:|---:|---:|---|")
 

@@ -117,55 +117,72 @@ def _only_tensors(node: Node) -> bool:
 def send_to_device(batch: Any, device: torch.device | str | None, non_blocking: bool = False) -> Any:
     """Return ``batch`` with every tensor (and object with a ``to`` method) moved to ``device``.
 
-    Dicts, lists, tuples and namedtuples keep their type; other leaves are returned unchanged.
-    ``device=None`` returns ``batch`` itself.
+    Dicts, lists, tuples and namedtuples keep their type; other leaves are returned unchanged. A batch
+    with nothing to move (``device=None``, or every tensor already on ``device``) is returned itself.
     """
     if device is None:
         return batch
+    if type(device) is not torch.device:
+        device = torch.device(device)
     if isinstance(batch, torch.Tensor):
         return batch if batch.device == device else batch.to(device, non_blocking=non_blocking)
     flat = _send_flat(batch, device, non_blocking)
-    if flat is not _NOT_FLAT:
-        return flat
-
-    def move(leaf: Any) -> Any:
-        return leaf.to(device, non_blocking=non_blocking) if isinstance(leaf, torch.Tensor) else leaf
-
-    def move_object(value: Any) -> Any:
-        if not callable(getattr(value, "to", None)) or isinstance(value, type):
-            return value
-        try:
-            return value.to(device, non_blocking=non_blocking)
-        except TypeError:
-            return value.to(device)
-
-    node, leaves = flatten(batch)
-    return unflatten(node, [move(leaf) for leaf in leaves], on_const=move_object)
+    return _send_tree(batch, device, non_blocking) if flat is _NOT_FLAT else flat
 
 
 _NOT_FLAT = object()
 """``_send_flat``'s answer for a batch that is not a flat container of plain tensors."""
 
 
-def _send_flat(batch: Any, device: torch.device | str, non_blocking: bool) -> Any:
+def _send_flat(batch: Any, device: torch.device, non_blocking: bool) -> Any:
     """The fast path for what batches usually are: a dict, list or tuple of tensors, moved or left alone.
 
-    NOTE: the general walker flattens and rebuilds every batch (about 10 us); a batch already on
-    ``device`` is returned as it is, the same object.
+    NOTE: the per-batch path of a loader (issue 18): the walker below costs about 10 us a batch, this about
+    0.3 us when nothing moves (then ``batch`` itself is returned); plain loops, no generator expressions.
     """
     kind = type(batch)
     if kind is dict:
-        values = list(batch.values())
+        values: Any = batch.values()
     elif kind is list or kind is tuple:
         values = batch
     else:
         return _NOT_FLAT
-    if not all(type(value) is torch.Tensor for value in values):
-        return _NOT_FLAT
-    if all(value.device == device for value in values):
+    here = True
+    for value in values:
+        if type(value) is not torch.Tensor:
+            return _NOT_FLAT
+        if here and value.device != device:
+            here = False
+    if here:
         return batch
     moved = [value.to(device, non_blocking=non_blocking) for value in values]
     return dict(zip(batch, moved, strict=True)) if kind is dict else kind(moved)
+
+
+def _send_tree(batch: Any, device: torch.device, non_blocking: bool) -> Any:
+    """Any other batch, through the walker; ``batch`` itself when no tensor or object moved."""
+    changed = False
+
+    def move(leaf: Any) -> Any:
+        return leaf.to(device, non_blocking=non_blocking) if isinstance(leaf, torch.Tensor) else leaf
+
+    def move_object(value: Any) -> Any:
+        nonlocal changed
+        if not callable(getattr(value, "to", None)) or isinstance(value, type):
+            return value
+        try:
+            moved = value.to(device, non_blocking=non_blocking)
+        except TypeError:
+            moved = value.to(device)
+        changed = changed or moved is not value
+        return moved
+
+    node, leaves = flatten(batch)
+    moved = [move(leaf) for leaf in leaves]
+    rebuilt = unflatten(node, moved, on_const=move_object)
+    # NOTE: `Tensor.to` returns the tensor itself when it is already there.
+    unmoved = not changed and all(new is old for new, old in zip(moved, leaves, strict=True))
+    return batch if unmoved else rebuilt
 
 
 # -- dispatch: join, cut, measure --------------------------------------------------------------------
