@@ -10,12 +10,18 @@
 (d) The same onto another number of processes (saved by 8, resumed on 6): ours loads the 8 processes'
     state; the reference cannot, so it is timed skipping to 90 % of its 6-process epoch. Checked: our
     first batch holds no sample consumed before the checkpoint.
+(e) With ``--against CHECKOUT`` (issue 18): the per-batch path, one epoch of process 0 through a plain
+    ``DataLoader`` over the same batches, ours, the release checked out at ``CHECKOUT`` (0.1: ``git worktree
+    add /work/wt01 6c385d5``, outside this repository) and the reference's ``DataLoaderShard``, with
+    ``device=None`` and with ``device="cpu"`` (``_per_batch.py``).
 
 Every comparison first checks that both sides yield the same batches, then alternates them and reports
-the best of ``--repeats`` (twice as many for (a)): CPU time for the single-process (a), (c) and (d), wall
-time of the slower process for (b). Usage::
+the median of ``--repeats`` runs (twice as many for (a) and (e)), each timed as ``timeit`` does: the garbage
+collector collected before and disabled during the run (``_timing.py``). CPU time for the single-process
+(a), (c), (d) and (e), wall time of the slower process for (b). Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_loaders.py
+    OMP_NUM_THREADS=1 python benchmarks/bench_loaders.py --against /work/wt01 --only-against --repeats 15
 """
 
 from __future__ import annotations
@@ -26,53 +32,21 @@ import itertools
 import os
 import statistics
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from _datasets import Indices
+from _datasets import Indices, rows, shuffled_rows
+from _per_batch import against_release
 from _processes import on_processes
-from _release import import_release
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from _timing import alternate, alternating
+from torch.utils.data import DataLoader, Dataset
 
 from lightning_shard import BatchSamplerShard, prepare_data_loader
 
 TARGET_OVERHEAD = 1.05
 TARGET_DISPATCH = 1.5
 TARGET_RESUME = 1 / 3
-
-
-def timed(run: Callable[[], Any], clock: Callable[[], float] = time.process_time) -> float:
-    """One call of ``run``, timed as ``timeit`` does: garbage collected before, the collector off during.
-
-    CPU time by default (single-process work: robust to the load of a shared machine).
-    """
-    gc.collect()
-    gc.disable()
-    try:
-        start = clock()
-        run()
-        return clock() - start
-    finally:
-        gc.enable()
-
-
-def alternating(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
-    """Every run's ``repeats`` times, the runs alternating (their order rotating each round) so that all
-    see the same machine state."""
-    names, times = list(runs), {name: [] for name in runs}
-    for round_ in range(repeats):
-        shift = round_ % len(names)
-        for name in names[shift:] + names[:shift]:
-            times[name].append(timed(runs[name]))
-    return times
-
-
-def alternate(ours: Callable[[], Any], theirs: Callable[[], Any], repeats: int) -> tuple[float, float]:
-    """Median CPU times of both, runs alternating."""
-    times = alternating({"ours": ours, "theirs": theirs}, repeats)
-    return statistics.median(times["ours"]), statistics.median(times["theirs"])
 
 
 # -- (a) per-batch overhead -------------------------------------------------------------------------
@@ -83,12 +57,8 @@ def overhead(samples: int, batch_size: int, num_processes: int, repeats: int) ->
     adds: the cursor, the look-ahead, the state). ``lists``: a plain ``DataLoader`` over this process's
     index lists, computed beforehand (what it adds on top: computing the epoch's indices).
     """
-    dataset = TensorDataset(torch.arange(samples, dtype=torch.float32).view(-1, 1).expand(-1, 8).contiguous())
-
-    def user() -> DataLoader:
-        generator = torch.Generator().manual_seed(0)
-        return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=generator)
-
+    dataset = rows(samples)
+    user = shuffled_rows(dataset, batch_size)
     ours = prepare_data_loader(user(), num_processes=num_processes, process_index=0)
     state = ours.state_dict()
     plain_user = user()
@@ -118,96 +88,6 @@ def overhead(samples: int, batch_size: int, num_processes: int, repeats: int) ->
             raise SystemExit("(a): ours and a plain DataLoader yield different batches")
     times = alternating({"ours": run_ours, "shard": run_shard, "lists": run_lists}, repeats)
     return {**{name: statistics.median(values) for name, values in times.items()}, "batches": len(batches)}
-
-
-# -- (e) the per-batch path against a release and the reference (issue 18) -----------------------------
-LOADERS = ("plain", "ours", "release", "reference")
-
-
-def against_release(
-    checkout: str, samples: int, batch_size: int, num_processes: int, repeats: int
-) -> tuple[dict[str, dict[str, list[float]]], int]:
-    """One epoch of process 0 through four loaders reading the same batches, for each placement.
-
-    ``plain``: a ``DataLoader`` over this process's index lists, computed beforehand; ``ours``: this
-    checkout's ``DataLoaderShard``; ``release``: the one of the checkout at ``checkout`` (0.1); ``reference``:
-    accelerate's. Each from its ``prepare_data_loader`` with the defaults (``device=None``, as
-    ``put_on_device=False`` gives), then with ``put_on_device=True, device="cpu"`` (the batch is already
-    where it should be, as on a CPU fit). Returns the times (s) per placement, then per loader, and the
-    number of batches of the epoch.
-    """
-    from accelerate.data_loader import prepare_data_loader as reference_prepare
-
-    release = import_release(checkout, "prepare")
-    dataset = TensorDataset(torch.arange(samples, dtype=torch.float32).view(-1, 1).expand(-1, 8).contiguous())
-
-    def user() -> DataLoader:
-        return DataLoader(
-            dataset, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(0)
-        )
-
-    results = {}
-    for device in (None, "cpu"):
-        place = {"num_processes": num_processes, "process_index": 0, "put_on_device": device is not None}
-        ours = prepare_data_loader(user(), device=device, **place)
-        old = release.prepare_data_loader(user(), device=device, **place)
-        theirs = reference_prepare(user(), device=None if device is None else torch.device(device), **place)
-        starts = {"ours": _from_state(ours), "release": _from_state(old), "reference": _reseeded(theirs)}
-        indices = [batch[:, 0].long().tolist() for batch in _first_fields(starts["ours"])]
-        plain = DataLoader(dataset, batch_sampler=indices)
-        starts = {"plain": lambda plain=plain: plain, **starts}
-        expected = _first_fields(starts["plain"])
-        for name, start in starts.items():
-            if not all(torch.equal(a, b) for a, b in zip(expected, _first_fields(start), strict=True)):
-                raise SystemExit(
-                    f"(e): {name} and a plain DataLoader yield different batches (device={device})"
-                )
-        runs = {name: (lambda start=start: deque(start(), maxlen=0)) for name, start in starts.items()}
-        results[str(device)] = alternating(runs, repeats)
-    return results, len(indices)
-
-
-def _from_state(loader: Any) -> Callable[[], Any]:
-    """``loader`` at the start of the same epoch each time (its state at its start, loaded)."""
-    state = loader.state_dict()
-
-    def start() -> Any:
-        loader.load_state_dict(state)
-        return loader
-
-    return start
-
-
-def _reseeded(loader: Any) -> Callable[[], Any]:
-    """The reference's ``loader`` at the start of the same epoch each time (its generator reseeded)."""
-
-    def start() -> Any:
-        loader.batch_sampler.batch_sampler.sampler.generator.manual_seed(0)
-        return loader
-
-    return start
-
-
-def _first_fields(start: Callable[[], Any]) -> list[torch.Tensor]:
-    return [batch[0] for batch in start()]
-
-
-def print_against_release(times: dict[str, dict[str, list[float]]], checkout: str, batches: int) -> None:
-    print(f"\n(e) per-batch path vs {checkout} (release) and accelerate's DataLoaderShard (reference)")
-    print("| device | loader | median epoch (s) | us/batch | ratio to plain | per-round ratios | target |")
-    print("|---|---|---:|---:|---:|---:|---|")
-    for device, runs in times.items():
-        plain = statistics.median(runs["plain"])
-        for name in LOADERS:
-            middle = statistics.median(runs[name])
-            ratio = middle / plain
-            rounds = [mine / base for mine, base in zip(runs[name], runs["plain"], strict=True)]
-            verdict = f"<= {TARGET_OVERHEAD}x, {'met' if ratio <= TARGET_OVERHEAD else 'MISSED'}"
-            print(
-                f"| {device} | {name} | {middle:.3f} | {middle / batches * 1e6:.1f} | {ratio:.3f}x | "
-                f"{min(rounds):.3f}x to {max(rounds):.3f}x | {verdict if name == 'ours' else ''} |",
-                flush=True,
-            )
 
 
 # -- (b) dispatch throughput ------------------------------------------------------------------------
@@ -372,6 +252,7 @@ def main() -> None:
         help="(e): also time the per-batch path of the release checked out there",
     )
     parser.add_argument("--only-against", action="store_true", help="run (e) only")
+    parser.add_argument("--against-samples", type=int, default=100_000, help="samples of (e)'s epoch")
     args = parser.parse_args()
     threads = os.environ.get("OMP_NUM_THREADS", "unset")
     print(
@@ -380,8 +261,7 @@ def main() -> None:
         "gc collected before and disabled during each"
     )
     if args.against is not None:
-        times, batches = against_release(args.against, args.overhead_samples, 16, 2, 2 * args.repeats)
-        print_against_release(times, args.against, batches)
+        against_release(args.against, args.against_samples, 2 * args.repeats)
         print(f"load average after (e): {os.getloadavg()[0]:.2f}\n")
     if args.only_against:
         return
