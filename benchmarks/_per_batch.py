@@ -22,15 +22,16 @@ from lightning_shard.comm.tree import send_to_device
 
 TARGET_OVERHEAD = 1.05
 """At most this over the plain loader, for ours (issue 18)."""
-LOADERS = ("plain", "ours", "release", "reference")
+LOADERS = ("plain", "indexed", "ours", "release", "reference")
 
 
 def time_loaders(
     checkout: str, samples: int, batch_size: int, num_processes: int, repeats: int
 ) -> tuple[dict[str, dict[str, list[float]]], int]:
-    """One epoch of process 0 through four loaders reading the same batches, for each placement.
+    """One epoch of process 0 through five loaders reading the same batches, for each placement.
 
-    ``plain``: a ``DataLoader`` over this process's index lists, computed beforehand; ``ours``: this
+    ``plain``: a ``DataLoader`` over this process's index lists, computed beforehand; ``indexed``: a
+    ``DataLoader`` over our index source (what computing the indices during the epoch costs); ``ours``: this
     checkout's ``DataLoaderShard``; ``release``: the one of the checkout at ``checkout`` (0.1); ``reference``:
     accelerate's. Each from its ``prepare_data_loader`` with the defaults (``device=None``, as
     ``put_on_device=False`` gives), then with ``put_on_device=True, device="cpu"`` (the batch is already
@@ -51,7 +52,7 @@ def time_loaders(
         starts = {"ours": _from_state(ours), "release": _from_state(old), "reference": _reseeded(theirs)}
         indices = [batch[:, 0].long().tolist() for batch in _first_fields(starts["ours"])]
         plain = DataLoader(dataset, batch_sampler=indices)
-        starts = {"plain": lambda plain=plain: plain, **starts}
+        starts = {"plain": lambda plain=plain: plain, "indexed": _indexed(user, num_processes), **starts}
         expected = _first_fields(starts["plain"])
         for name, start in starts.items():
             if not all(torch.equal(a, b) for a, b in zip(expected, _first_fields(start), strict=True)):
@@ -63,35 +64,33 @@ def time_loaders(
     return results, len(indices)
 
 
-def per_batch_parts(samples: int, batch_size: int, num_processes: int, repeats: int) -> dict[str, float]:
-    """Two parts of ours' time per batch beyond the plain loader's, each timed alone against its bare
-    counterpart (us per batch, of medians): computing the epoch's indices (our batch sampler against
-    iterating the precomputed lists) and placing a batch already on the CPU (``send_to_device`` against
-    nothing)."""
+def placement_cost(samples: int, batch_size: int, repeats: int) -> float:
+    """Microseconds ``send_to_device`` takes per batch already on the CPU (our batches: a list of one
+    tensor), against a loop over the same batches that does nothing; medians."""
     dataset = rows(samples)
-    ours = prepare_data_loader(
-        shuffled_rows(dataset, batch_size)(), num_processes=num_processes, process_index=0
-    )
-    sampler, generator, cpu = ours.batch_sampler, ours.generator, torch.device("cpu")
-    indices = list(sampler)
-    batches = list(DataLoader(dataset, batch_sampler=indices))
-
-    def index_ours() -> None:
-        generator.manual_seed(0)
-        deque(sampler, maxlen=0)
-
+    batches = list(shuffled_rows(dataset, batch_size)())
+    cpu = torch.device("cpu")
     runs = {
-        "index_ours": index_ours,
-        "index_plain": lambda: deque(iter(indices), maxlen=0),
-        "place_ours": lambda: deque((send_to_device(batch, cpu) for batch in batches), maxlen=0),
-        "place_none": lambda: deque((batch for batch in batches), maxlen=0),
+        "placed": lambda: deque((send_to_device(batch, cpu) for batch in batches), maxlen=0),
+        "bare": lambda: deque((batch for batch in batches), maxlen=0),
     }
     medians = {name: statistics.median(times) for name, times in alternating(runs, repeats).items()}
-    per_batch = 1e6 / len(indices)
-    return {
-        "indices": (medians["index_ours"] - medians["index_plain"]) * per_batch,
-        "placement": (medians["place_ours"] - medians["place_none"]) * per_batch,
-    }
+    return (medians["placed"] - medians["bare"]) / len(batches) * 1e6
+
+
+def _indexed(user: Callable[[], DataLoader], num_processes: int) -> Callable[[], Any]:
+    """A plain ``DataLoader`` over our index source (of a loader of ours that never iterates), with the
+    generator it shares, at the start of the same epoch each time."""
+    ours = prepare_data_loader(user(), num_processes=num_processes, process_index=0)
+    loader = DataLoader(ours.dataset, batch_sampler=ours.batch_sampler, generator=ours.generator)
+    generator = ours.generator
+    state = generator.get_state()
+
+    def start() -> Any:
+        generator.set_state(state)
+        return loader
+
+    return start
 
 
 def _from_state(loader: Any) -> Callable[[], Any]:
@@ -145,19 +144,22 @@ def print_table(times: dict[str, dict[str, list[float]]], checkout: str, batches
 
 
 def against_release(checkout: str, samples: int, repeats: int) -> None:
-    """(e): time the four loaders (process 0 of 2, batch size 16), print the table, then where ours' time
-    beyond the plain loader's goes."""
+    """(e): time the loaders (process 0 of 2, batch size 16), print the table, then where ours' time beyond
+    the plain loader's goes."""
     times, batches = time_loaders(checkout, samples, 16, 2, repeats)
     print_table(times, checkout, batches)
-    parts = per_batch_parts(samples, 16, 2, repeats)
-    beyond = {
-        device: (statistics.median(runs["ours"]) - statistics.median(runs["plain"])) / batches * 1e6
-        for device, runs in times.items()
+    medians = {
+        device: {name: statistics.median(runs[name]) for name in runs} for device, runs in times.items()
     }
+    per_batch = {
+        device: {name: (value - middle["plain"]) / batches * 1e6 for name, value in middle.items()}
+        for device, middle in medians.items()
+    }
+    none, cpu = per_batch["None"], per_batch["cpu"]
     print(
-        f"ours beyond plain, per batch: {beyond['None']:.2f} us (device=None), {beyond['cpu']:.2f} us "
-        f"(device='cpu'); parts timed alone: computing the epoch's indices {parts['indices']:.2f} us, placing "
-        f"a batch already on the CPU {parts['placement']:.2f} us; the rest (the look-ahead loop, the epoch's "
-        f"set-up) {beyond['None'] - parts['indices']:.2f} us",
+        f"ours beyond plain, per batch: {none['ours']:.2f} us (device=None), {cpu['ours']:.2f} us (device='cpu'). "
+        f"Of it: computing the epoch's indices (indexed - plain) {none['indexed']:.2f} us; the look-ahead loop "
+        f"and the epoch's set-up (ours - indexed, device=None) {none['ours'] - none['indexed']:.2f} us; placing "
+        f"a batch already on the CPU, timed alone {placement_cost(samples, 16, repeats):.2f} us",
         flush=True,
     )

@@ -252,7 +252,7 @@ def main() -> None:
         help="(e): also time the per-batch path of the release checked out there",
     )
     parser.add_argument("--only-against", action="store_true", help="run (e) only")
-    parser.add_argument("--against-samples", type=int, default=100_000, help="samples of (e)'s epoch")
+    parser.add_argument("--against-samples", type=int, default=200_000, help="samples of (e)'s epoch")
     args = parser.parse_args()
     threads = os.environ.get("OMP_NUM_THREADS", "unset")
     print(
