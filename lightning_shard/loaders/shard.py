@@ -7,7 +7,6 @@ import copy
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sized
-from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -280,7 +279,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
             following = _fetch(batches, agreement, progress.steps + 1)
             progress.end = following is _END
             progress.steps += 1
-            with drained_on_close(agreement) if agreement is not None else nullcontext():
+            with drained_on_close(agreement):
                 yield current
             current = following
         self._finish_epoch()
