@@ -397,7 +397,7 @@ def stream_rows(worlds: list[int], repeats: int) -> list[str]:
     for world in worlds:
         with playing(world - 1, world):
             ((seconds, peak),) = measure(
-                {"": partial(_fetch, _Agreement(world, world - 1))}, repeats
+                {"": partial(_fetch, _Agreement(world, world - 1, counted=True))}, repeats
             ).values()
             rows.append(
                 _row("stream agreement (per fetch)", None, world, "all-reduce of 3 x N", seconds, peak, "")

@@ -17,10 +17,9 @@ from typing import Any
 from lightning_shard._checks import check_bool, check_seed
 from lightning_shard.comm.rng import RNG_TYPES
 from lightning_shard.sampling.balance import EvenBatches, check_even_batches
+from lightning_shard.sampling.native_stream import ITERABLE_SHARDING, IterableSharding
 
 _DOC = "doc"
-ITERABLE_SHARDING = ("auto", "native", "stride")
-"""The values of ``iterable_sharding`` (docs/DESIGN.md, "Streaming data")."""
 _STRATEGY_DEFAULT = "strategy_default"
 
 
@@ -86,7 +85,7 @@ class ShardOptions:
         "num_processes=)`; default slices every tensor and list of scalars along dim 0.",
     )
 
-    iterable_sharding: str = _option(
+    iterable_sharding: IterableSharding = _option(
         "auto",
         'How an `IterableDataset` is split across processes. `"native"`: each process reads only its share '
         "(a dataset with `n_shards` and `shard(num_shards, index)`, e.g. a Hugging Face "

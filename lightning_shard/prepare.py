@@ -16,7 +16,7 @@ from lightning_shard.loaders.position import Position
 from lightning_shard.loaders.resumable import ResumableLoaderMixin
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
-from lightning_shard.loaders.streams import PAD, SHORTEST
+from lightning_shard.loaders.streams import PAD, SHORTEST, StreamEnds
 from lightning_shard.loaders.user_class import carry_user_attributes, user_loader_class, with_user_class
 from lightning_shard.loaders.variants import stateful_loader_class
 from lightning_shard.options import ShardOptions
@@ -26,6 +26,7 @@ from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.litdata_stream import is_litdata, split_litdata
 from lightning_shard.sampling.native_stream import (
     STRIDE,
+    IterableSharding,
     NativeStreamShard,
     choose_stream_sharding,
     say_fallback,
@@ -51,7 +52,7 @@ def prepare_data_loader(
     non_blocking: bool = False,
     use_stateful_dataloader: bool = False,
     torch_device_mesh: Any = None,
-    iterable_sharding: str = "auto",
+    iterable_sharding: IterableSharding = "auto",
     scalable_shuffle: bool = False,
 ) -> DataLoaderShard | DataLoaderDispatcher:
     """Wrap ``dataloader`` so this process yields only its part of every global batch.
@@ -76,11 +77,11 @@ def prepare_with_options(
     *,
     device: torch.device | str | None = None,
     device_mesh: Any = None,
-    uneven_streams: str = SHORTEST,
+    stream_ends: StreamEnds = SHORTEST,
 ) -> DataLoaderShard | DataLoaderDispatcher:
     """``prepare_data_loader`` for an already checked ``ShardOptions`` and topology.
 
-    ``uneven_streams`` is what a stream does with ``even_batches=False``: ``"shortest"`` (every process
+    ``stream_ends`` is what a stream does with ``even_batches=False``: ``"shortest"`` (every process
     stops when one stream ends, safe for a training loop) or ``"own"`` (each process reads its share to
     its end: predict, where no step is collective).
     """
@@ -94,8 +95,8 @@ def prepare_with_options(
         _check_dispatch_stream(dataloader.dataset, topology)
         return _build_dispatcher(dataloader, options, topology, device)
     if isinstance(dataloader.dataset, IterableDataset):
-        policy = PAD if options.even_batches else uneven_streams
-        return _build_iterable_shard(dataloader, options, topology, device, policy)
+        ends = PAD if options.even_batches else stream_ends
+        return _build_iterable_shard(dataloader, options, topology, device, ends)
     return _build_map_shard(dataloader, options, topology, device)
 
 
@@ -277,7 +278,7 @@ def _usable_rng_types(options: ShardOptions, generator: torch.Generator | None) 
 
 
 def _build_iterable_shard(
-    dataloader: DataLoader, options: ShardOptions, topology: Topology, device: Any, policy: str
+    dataloader: DataLoader, options: ShardOptions, topology: Topology, device: Any, stream_ends: StreamEnds
 ) -> DataLoaderShard:
     """A loader over this process's part of a stream: its own share (native), or a stride of all of it."""
     sharding = choose_stream_sharding(
@@ -293,7 +294,7 @@ def _build_iterable_shard(
             num_processes=topology.num_processes,
             process_index=topology.process_index,
             split_batches=options.split_batches,
-            even_batches=topology.num_processes > 1 and policy == PAD,
+            even_batches=topology.num_processes > 1 and stream_ends == PAD,
         )
         generator = getattr(dataloader.dataset, "generator", None)
         generator = generator if isinstance(generator, torch.Generator) else None
@@ -324,7 +325,7 @@ def _build_iterable_shard(
         topology=topology,
         batch_size=per_process if dataloader.batch_size is not None else None,
         drop_last=dataloader.drop_last,
-        stream_ends=policy,
+        stream_ends=stream_ends,
         **loader_settings(dataloader),
     )
 

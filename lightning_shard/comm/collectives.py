@@ -6,7 +6,6 @@ paths need no special case.
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
 import torch
@@ -39,11 +38,6 @@ def all_gather_objects(value: Any) -> list[Any]:
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, value)
     return gathered
-
-
-def object_nbytes(value: Any) -> int:
-    """How many bytes ``value`` takes when pickled (what an object collective would send)."""
-    return len(pickle.dumps(value))
 
 
 def communication_device() -> torch.device:

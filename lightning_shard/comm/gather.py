@@ -173,18 +173,6 @@ def keep_rows(data: Any, rows: slice) -> Any:
     return data
 
 
-def rows_of(data: Any) -> int | None:
-    """How many rows (samples) gathered ``data`` holds, if it says: a tensor's first dimension, a list's length."""
-    if isinstance(data, torch.Tensor):
-        return int(data.shape[0]) if data.dim() else 1
-    if isinstance(data, Mapping):
-        counts = {rows_of(value) for value in data.values()}
-        return counts.pop() if len(counts) == 1 else None
-    if isinstance(data, (list, tuple)):
-        return len(data)
-    return None
-
-
 def _as_bytes(leaf: torch.Tensor) -> torch.Tensor:
     """``leaf``'s rows as raw bytes, ``[rows, row bytes]``: gloo gathers no bool or int16, bytes it does."""
     width = leaf.element_size() * math.prod(leaf.shape[1:])

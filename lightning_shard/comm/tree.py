@@ -18,9 +18,6 @@ import torch
 
 _SCALARS = (str, bytes, int, float, bool, type(None))
 
-SliceFn = Callable[..., Any]
-"""``slice_fn(batch, slice, process_index=, num_processes=) -> batch``: cuts a dispatched batch."""
-
 
 @dataclass(frozen=True)
 class Node:

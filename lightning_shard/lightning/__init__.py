@@ -17,8 +17,7 @@ from lightning_shard.lightning.fsdp import ShardFSDPStrategy
 from lightning_shard.lightning.model_parallel import ShardModelParallelStrategy
 from lightning_shard.lightning.plan import ShardPlan
 from lightning_shard.lightning.prediction import ShardPredictionWriter
-from lightning_shard.lightning.sharding import ShardingMixin
-from lightning_shard.lightning.strategy import ShardStrategy
+from lightning_shard.lightning.strategy import ShardingHooks, ShardStrategy
 
 for _strategy in (ShardStrategy, ShardModelParallelStrategy, ShardFSDPStrategy):
     _strategy.register_strategies(StrategyRegistry)
@@ -35,5 +34,5 @@ __all__ = [
     "ShardPlan",
     "ShardPredictionWriter",
     "ShardStrategy",
-    "ShardingMixin",
+    "ShardingHooks",
 ]

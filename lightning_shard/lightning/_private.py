@@ -1,4 +1,6 @@
-"""The only places where the adapter touches private Lightning names, one function each.
+"""The only places where the adapter touches private Lightning names, the loops' internals and the
+trainer's state Lightning does not offer for changing (its callback list, a setting kept as an
+attribute), one function each.
 
 Each function says why no public hook would do; ``tests/lightning/test_private.py`` fails as soon as a
 Lightning release renames or changes one of them.
@@ -6,10 +8,12 @@ Lightning release renames or changes one of them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.fabric.strategies.registry import _StrategyRegistry
+from lightning.pytorch.callbacks import Callback, Checkpoint
 from lightning.pytorch.overrides.distributed import _IndexBatchSamplerWrapper
 
 from lightning_shard.lightning.compat import install_fix, supported_range
@@ -17,6 +21,16 @@ from lightning_shard.lightning.compat import install_fix, supported_range
 StrategyRegistryType = _StrategyRegistry
 """The class of Lightning's ``StrategyRegistry`` (``Strategy.register_strategies`` takes one); Lightning
 exports the registry object publicly, but its class only under this private name."""
+
+
+def register_names(
+    strategy: type, registry: StrategyRegistryType, names: tuple[tuple[str, dict[str, Any]], ...]
+) -> None:
+    """Register ``strategy`` in ``registry`` under each ``(name, init_args)`` of ``names`` not taken yet."""
+    for name, init_args in names:
+        if name not in registry:
+            description = f"lightning_shard's {strategy.__name__} {init_args or ''}".strip()
+            registry.register(name, strategy, description=description, **init_args)
 
 
 def disable_sampler_injection(trainer: pl.Trainer) -> None:
@@ -119,3 +133,58 @@ def finish_restored_epoch(trainer: pl.Trainer) -> bool:
         return False
     progress.current.completed = int(total) - 1
     return True
+
+
+def add_callbacks_before_checkpoints(trainer: pl.Trainer, callbacks: Sequence[Callback]) -> None:
+    """Add each of ``callbacks`` that ``trainer`` lacks, in order, before its first ``Checkpoint``.
+
+    Lightning has no public way for a strategy to add callbacks (only ``Trainer(callbacks=...)`` and
+    ``LightningModule.configure_callbacks``, both the user's); every hook runs through the list
+    ``trainer.callbacks``, which the callback connector builds and orders with the checkpoints last.
+    """
+    # NOTE: before the checkpoint callbacks, as Lightning orders them: a checkpoint written at a step's end
+    # must see what this step recorded (the audit), as one written at an epoch's start the epoch.
+    existing: list[Callback] = getattr(trainer, "callbacks")  # noqa: B009 - set by a connector, unseen by mypy
+    first = next((i for i, c in enumerate(existing) if isinstance(c, Checkpoint)), len(existing))
+    for callback in reversed(callbacks):
+        if callback not in existing:
+            existing.insert(first, callback)
+
+
+def training_batches_ready(trainer: pl.Trainer) -> tuple[int, bool]:
+    """The training batches of the epoch Lightning counts as ready, and whether the last was the epoch's last."""
+    # NOTE: the fit loop's progress counters, which Lightning saves and restores; no public property has them.
+    progress = trainer.fit_loop.epoch_loop.batch_progress
+    return progress.current.ready, progress.is_last_batch
+
+
+_RELOAD = "reload_dataloaders_every_n_epochs"
+
+
+def reload_every_n_epochs(trainer: pl.Trainer) -> int:
+    """``trainer``'s ``reload_dataloaders_every_n_epochs``, as its loops read it now."""
+    return int(getattr(trainer, _RELOAD))
+
+
+def set_reload_every_n_epochs(trainer: pl.Trainer, epochs: int) -> None:
+    """Change ``reload_dataloaders_every_n_epochs`` during a fit (1: rebuild the loaders at the next epoch)."""
+    # NOTE: the `Trainer` argument is kept as a plain attribute (set by the data connector) that the fit loop
+    # reads at each epoch's start; Lightning has no public way to ask for one reload.
+    setattr(trainer, _RELOAD, epochs)
+
+
+def predictions_per_loader(trainer: pl.Trainer) -> list[list[Any]] | None:
+    """This process's predictions so far, one list per predict loader; ``None`` when ``trainer.predict``
+    returns none (``return_predictions=False``). The lists are the ones ``trainer.predict`` returns, so
+    completing them in place changes its result."""
+    # NOTE: the prediction loop keeps them per loader but hands a single loader's list out alone.
+    loop = trainer.predict_loop
+    if not loop.return_predictions:
+        return None
+    predictions = loop.predictions
+    return predictions if loop.num_dataloaders > 1 else [predictions]
+
+
+def predict_loader_count(trainer: pl.Trainer) -> int:
+    """The number of loaders the running ``trainer.predict`` iterates."""
+    return trainer.predict_loop.num_dataloaders

@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 import lightning.pytorch as pl
 
+from lightning_shard.lightning._private import training_batches_ready
 from lightning_shard.lightning.stages import ShardLoader, flatten_loaders, is_shard_loader
 from lightning_shard.loaders.position import Consumed
 from lightning_shard.loaders.state import LoaderState
@@ -48,19 +49,17 @@ class LightningResumeHook:
 
     def consumed(self) -> Consumed:
         """The training steps taken in the epoch; the epoch is over once Lightning saw its last batch."""
-        progress = self.trainer.fit_loop.epoch_loop.batch_progress
-        if progress.is_last_batch:
-            return Consumed(
-                progress.current.ready, epoch_finished=True, next_epoch=self.trainer.current_epoch + 1
-            )
+        ready, last = training_batches_ready(self.trainer)
+        if last:
+            return Consumed(ready, epoch_finished=True, next_epoch=self.trainer.current_epoch + 1)
         loaders = [
             loader for loader in flatten_loaders(self.trainer.train_dataloader) if is_shard_loader(loader)
         ]
         if len(loaders) <= 1:
-            return Consumed(progress.current.ready)
+            return Consumed(ready)
         # NOTE: the loader that has not cycled yielded once per step fetched: its excess over the steps
         # taken is Lightning's read-ahead, the same for every loader of the combined step.
-        ahead = max(loader.steps_taken for loader in loaders) - progress.current.ready
+        ahead = max(loader.steps_taken for loader in loaders) - ready
         return Consumed(max(self.loader.steps_taken - ahead, 0))
 
     def resharded(self, saved: LoaderState) -> None:

@@ -56,6 +56,8 @@ class TrainingLoaderRounds:
 def _continue_stream(earlier: ShardLoader, loader: ShardLoader) -> None:
     # NOTE: a loader whose checkpoint state waits for its next `iter()` goes on from that state, not from its
     # generator and seed as they are before it is applied.
+    # TODO(issue 18, helper B): the loaders' public pending position (and sampler / generator / seed
+    # accessors) replace `_pending`, `_sampler_seed`, `_user_sampler` and `_sampler_generator` here.
     pending = earlier._pending
     saved = pending.generator_state if pending is not None else None
     source, target = _generator(earlier), _generator(loader)

@@ -16,8 +16,8 @@ from torch.utils.data import DataLoader
 
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import sampler_injection_enabled
-from lightning_shard.lightning.sharding import ShardingMixin
 from lightning_shard.lightning.stages import STAGES, stage_defaults
+from lightning_shard.lightning.strategy import ShardingHooks
 from lightning_shard.options import ShardOptions, check_known
 from lightning_shard.prepare import prepare_with_options
 
@@ -65,14 +65,10 @@ class ShardDataModule(pl.LightningDataModule):
     @property
     def num_processes(self) -> int:
         """Data-parallel processes ``N`` (1 without a trainer)."""
-        if self.trainer is None:
-            return 1
-        strategy = self.trainer.strategy
-        return (
-            strategy.topology.num_processes
-            if isinstance(strategy, ShardingMixin)
-            else self.trainer.world_size
-        )
+        strategy = self._shard_strategy()
+        if strategy is not None:
+            return strategy.topology.num_processes
+        return 1 if self.trainer is None else self.trainer.world_size
 
     @property
     def global_batch_size(self) -> int:
@@ -106,14 +102,17 @@ class ShardDataModule(pl.LightningDataModule):
     def scheduler_steps_per_epoch(self) -> int:
         """How far an ``interval="step"`` scheduler advances per epoch under ``ShardStrategy``: the
         ``total_steps`` of a one-epoch ``OneCycleLR``."""
+        strategy = self._shard_strategy()
+        factor = 1 if strategy is None else strategy.scheduler_scaling.factor
+        return self.steps_per_epoch * factor
+
+    def _shard_strategy(self) -> ShardingHooks | None:
         strategy = None if self.trainer is None else self.trainer.strategy
-        if not isinstance(strategy, ShardingMixin):
-            return self.steps_per_epoch
-        return self.steps_per_epoch * strategy.scheduler_scaling.factor
+        return strategy if isinstance(strategy, ShardingHooks) else None
 
     def _train_options(self) -> ShardOptions:
-        strategy = None if self.trainer is None else self.trainer.strategy
-        if isinstance(strategy, ShardingMixin):
+        strategy = self._shard_strategy()
+        if strategy is not None:
             return strategy.options_for("train")
         return stage_defaults(ShardOptions(), "train").replace(**self.shard_options("train"))
 
@@ -136,8 +135,8 @@ class ShardDataModule(pl.LightningDataModule):
         return length
 
     def _topology(self) -> Topology:
-        strategy = None if self.trainer is None else self.trainer.strategy
-        if isinstance(strategy, ShardingMixin):
+        strategy = self._shard_strategy()
+        if strategy is not None:
             return strategy.topology
         return Topology(self.num_processes, 0 if self.trainer is None else self.trainer.global_rank)
 
@@ -167,7 +166,7 @@ def check_stage_options(stage_options: Mapping[str, Mapping[str, Any]]) -> None:
 
 def _check_strategy(trainer: pl.Trainer) -> None:
     strategy = trainer.strategy
-    if isinstance(strategy, ShardingMixin) or not isinstance(strategy, ParallelStrategy):
+    if isinstance(strategy, ShardingHooks) or not isinstance(strategy, ParallelStrategy):
         return
     if trainer.num_devices * trainer.num_nodes <= 1:
         return

@@ -1,4 +1,4 @@
-"""The callback ``ShardStrategy`` adds to its trainer: it keeps the training loaders' epoch in step, and
+"""The callback every ``Shard*`` strategy adds to its trainer: it keeps the training loaders' epoch in step, and
 reports each epoch of a stream (docs/DESIGN.md, "Streaming data")."""
 
 from __future__ import annotations
@@ -8,13 +8,15 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
-from lightning_shard.lightning._private import finish_restored_epoch, rebuild_unrestored_training_loaders
+from lightning_shard.lightning._private import (
+    finish_restored_epoch,
+    rebuild_unrestored_training_loaders,
+    reload_every_n_epochs,
+    set_reload_every_n_epochs,
+)
 from lightning_shard.lightning.continuity import TrainingLoaderRounds
 from lightning_shard.lightning.stages import flatten_loaders, is_shard_loader
 from lightning_shard.loaders.streams import StreamReport
-
-_RELOAD = "reload_dataloaders_every_n_epochs"
-"""The ``Trainer`` argument, kept as a plain attribute of the trainer (set by a connector, unseen by mypy)."""
 
 
 class ShardEpochCallback(Callback):
@@ -35,8 +37,8 @@ class ShardEpochCallback(Callback):
         # NOTE: after an elastic resume Lightning measured the epoch as "steps taken + steps left"; it keeps
         # that length until the loaders are reloaded, which `reload_dataloaders_every_n_epochs` asks for.
         if self._reload_setting is None:
-            self._reload_setting = getattr(trainer, _RELOAD)
-        setattr(trainer, _RELOAD, 1)
+            self._reload_setting = reload_every_n_epochs(trainer)
+        set_reload_every_n_epochs(trainer, 1)
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -71,5 +73,5 @@ class ShardEpochCallback(Callback):
 
     def _end_reload(self, trainer: pl.Trainer) -> None:
         if self._reload_setting is not None:
-            setattr(trainer, _RELOAD, self._reload_setting)
+            set_reload_every_n_epochs(trainer, self._reload_setting)
             self._reload_setting = None

@@ -17,13 +17,15 @@ from typing import Any
 
 from lightning.fabric.strategies import DDPStrategy
 from torch.utils.data import DataLoader
+from typing_extensions import override
 
 from lightning_shard.comm.topology import Topology
-from lightning_shard.lightning._private import StrategyRegistryType
+from lightning_shard.lightning._private import StrategyRegistryType, register_names
 from lightning_shard.lightning.stages import is_shard_loader
 from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_with_options
 from lightning_shard.sampling.balance import EvenBatches
+from lightning_shard.sampling.native_stream import IterableSharding
 
 
 class ShardFabricStrategy(DDPStrategy):
@@ -35,12 +37,8 @@ class ShardFabricStrategy(DDPStrategy):
     ``import lightning_shard``. Scale ``interval="step"``-like schedulers yourself with
     ``ShardScheduler(scheduler, optimizer, num_processes=fabric.strategy.topology.num_processes)``.
 
-    Keyword arguments: the loader options (``split_batches``, ``even_batches``, ``dispatch_batches``,
-    ``put_on_device``, ``rng_types``, ``use_seedable_sampler``, ``data_seed``, ``non_blocking``,
-    ``use_stateful_dataloader``, ``slice_fn_for_dispatch``, ``iterable_sharding``, ``scalable_shuffle``)
-    are the fields of
-    ``ShardOptions``, documented there and in the options table. ``rng_types`` defaults to
-    ``("generator",)`` here.
+    Keyword arguments: the loader options, the fields of ``ShardOptions`` (see the options table).
+    ``rng_types`` defaults to ``("generator",)`` here.
 
     Args:
         **kwargs: any argument of Fabric's ``DDPStrategy`` (``timeout``, ``start_method``, ...).
@@ -68,7 +66,7 @@ class ShardFabricStrategy(DDPStrategy):
         non_blocking: bool = False,
         use_stateful_dataloader: bool = False,
         slice_fn_for_dispatch: Callable[..., Any] | None = None,
-        iterable_sharding: str = "auto",
+        iterable_sharding: IterableSharding = "auto",
         scalable_shuffle: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -77,6 +75,7 @@ class ShardFabricStrategy(DDPStrategy):
         self.options = ShardOptions.from_kwargs(options)
 
     @property
+    @override
     def distributed_sampler_kwargs(self) -> None:  # type: ignore[override]
         """``None``: Fabric then injects no ``DistributedSampler``; ``process_dataloader`` shards instead."""
         return None
@@ -86,6 +85,7 @@ class ShardFabricStrategy(DDPStrategy):
         """The data-parallel size and this process's index in it: every process of the job."""
         return Topology(self.world_size, self.global_rank)
 
+    @override
     def process_dataloader(self, dataloader: DataLoader) -> DataLoader:
         """``dataloader`` sharded with this strategy's options (one already sharded is kept)."""
         if not isinstance(dataloader, DataLoader) or is_shard_loader(dataloader):
@@ -93,9 +93,6 @@ class ShardFabricStrategy(DDPStrategy):
         return prepare_with_options(dataloader, self.options, self.topology, device=self.root_device)
 
     @classmethod
+    @override
     def register_strategies(cls, strategy_registry: StrategyRegistryType) -> None:
-        for name, init_args in cls.REGISTERED_NAMES:
-            if name not in strategy_registry:
-                strategy_registry.register(
-                    name, cls, description=f"lightning_shard's {cls.__name__} {init_args}", **init_args
-                )
+        register_names(cls, strategy_registry, cls.REGISTERED_NAMES)

@@ -16,16 +16,19 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 from torch.nn import Module
+from typing_extensions import override
 
-from lightning_shard.lightning.sharding import ShardingMixin
+from lightning_shard.lightning.sharding import StrategySharding
+from lightning_shard.lightning.strategy import ShardingHooks
 from lightning_shard.options import ShardOptions, StrategyOptions
 from lightning_shard.sampling.balance import EvenBatches
+from lightning_shard.sampling.native_stream import IterableSharding
 
 WrapPolicy = set[type[Module]] | Callable[[Module, bool, int], bool] | ModuleWrapPolicy
 """What ``FSDPStrategy`` takes as ``auto_wrap_policy`` / ``activation_checkpointing_policy``."""
 
 
-class ShardFSDPStrategy(ShardingMixin, FSDPStrategy):
+class ShardFSDPStrategy(ShardingHooks, FSDPStrategy):
     """``FSDPStrategy`` whose loaders are sharded by ``prepare_data_loader`` instead of ``DistributedSampler``.
 
     FSDP shards parameters, not data: every process is a data-parallel process (also with
@@ -37,13 +40,9 @@ class ShardFSDPStrategy(ShardingMixin, FSDPStrategy):
     ``checkpoint_io``, ``precision_plugin``, ``process_group_backend``, ``timeout``, ``cpu_offload``,
     ``mixed_precision``, ``auto_wrap_policy``, ``activation_checkpointing``,
     ``activation_checkpointing_policy``, ``sharding_strategy``, ``state_dict_type``, ``device_mesh``) mean
-    what they mean there. Keyword arguments: the loader options (``split_batches``, ``even_batches``, ``dispatch_batches``,
-    ``put_on_device``, ``rng_types``, ``use_seedable_sampler``, ``data_seed``, ``non_blocking``,
-    ``use_stateful_dataloader``, ``slice_fn_for_dispatch``, ``iterable_sharding``, ``scalable_shuffle``)
-    are the fields of
-    ``ShardOptions``, and the strategy options (``step_scheduler_with_optimizer``, ``audit``,
-    ``audit_raise``, ``gather_predictions``) those of ``StrategyOptions``; the options table documents
-    both. ``rng_types`` defaults to ``("generator",)`` here.
+    what they mean there. Keyword arguments: the loader options (the fields of ``ShardOptions``) and the
+    strategy options (those of ``StrategyOptions``), both documented in the options table. ``rng_types``
+    defaults to ``("generator",)`` here.
 
     Args:
         **kwargs: passed to ``FullyShardedDataParallel``, as ``FSDPStrategy`` does.
@@ -83,7 +82,7 @@ class ShardFSDPStrategy(ShardingMixin, FSDPStrategy):
         non_blocking: bool = False,
         use_stateful_dataloader: bool = False,
         slice_fn_for_dispatch: Callable[..., Any] | None = None,
-        iterable_sharding: str = "auto",
+        iterable_sharding: IterableSharding = "auto",
         scalable_shuffle: bool = False,
         step_scheduler_with_optimizer: bool = True,
         audit: bool = False,
@@ -110,8 +109,11 @@ class ShardFSDPStrategy(ShardingMixin, FSDPStrategy):
             device_mesh=device_mesh,
             **kwargs,
         )
-        self._init_sharding(ShardOptions.from_kwargs(options), StrategyOptions.from_kwargs(options))
+        self._sharding = StrategySharding(
+            self, ShardOptions.from_kwargs(options), StrategyOptions.from_kwargs(options)
+        )
 
+    @override
     def setup_environment(self) -> None:
         """Refuse a CPU run before the process group starts, with the fix (FSDP itself would fail later).
 

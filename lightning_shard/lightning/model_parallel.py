@@ -9,14 +9,17 @@ from typing import Any, Literal
 
 from lightning.fabric.plugins.collectives.torch_collective import default_pg_timeout
 from lightning.pytorch.strategies import ModelParallelStrategy
+from typing_extensions import override
 
 from lightning_shard.comm.topology import Topology, mesh_topology
-from lightning_shard.lightning.sharding import ShardingMixin
+from lightning_shard.lightning.sharding import StrategySharding
+from lightning_shard.lightning.strategy import ShardingHooks
 from lightning_shard.options import ShardOptions, StrategyOptions
 from lightning_shard.sampling.balance import EvenBatches
+from lightning_shard.sampling.native_stream import IterableSharding
 
 
-class ShardModelParallelStrategy(ShardingMixin, ModelParallelStrategy):
+class ShardModelParallelStrategy(ShardingHooks, ModelParallelStrategy):
     """``ModelParallelStrategy`` whose loaders are sharded over the ``data_parallel`` mesh dimension only.
 
     Every rank of a tensor-parallel group gets the same batches (with ``dispatch_batches``, rank 0 sends
@@ -27,13 +30,9 @@ class ShardModelParallelStrategy(ShardingMixin, ModelParallelStrategy):
     (``save_distributed_checkpoint=True``: a directory; ``False``: one file). Registered as
     ``"shard_model_parallel"``.
 
-    Keyword arguments: the loader options (``split_batches``, ``even_batches``, ``dispatch_batches``,
-    ``put_on_device``, ``rng_types``, ``use_seedable_sampler``, ``data_seed``, ``non_blocking``,
-    ``use_stateful_dataloader``, ``slice_fn_for_dispatch``, ``iterable_sharding``, ``scalable_shuffle``)
-    are the fields of
-    ``ShardOptions``, and the strategy options (``step_scheduler_with_optimizer``, ``audit``,
-    ``audit_raise``, ``gather_predictions``) those of ``StrategyOptions``; the options table documents
-    both. ``rng_types`` defaults to ``("generator",)`` here.
+    Keyword arguments: the loader options (the fields of ``ShardOptions``) and the strategy options
+    (those of ``StrategyOptions``), both documented in the options table. ``rng_types`` defaults to
+    ``("generator",)`` here.
 
     Args:
         data_parallel_size: as for ``ModelParallelStrategy``.
@@ -66,7 +65,7 @@ class ShardModelParallelStrategy(ShardingMixin, ModelParallelStrategy):
         non_blocking: bool = False,
         use_stateful_dataloader: bool = False,
         slice_fn_for_dispatch: Callable[..., Any] | None = None,
-        iterable_sharding: str = "auto",
+        iterable_sharding: IterableSharding = "auto",
         scalable_shuffle: bool = False,
         step_scheduler_with_optimizer: bool = True,
         audit: bool = False,
@@ -81,9 +80,12 @@ class ShardModelParallelStrategy(ShardingMixin, ModelParallelStrategy):
             process_group_backend=process_group_backend,
             timeout=timeout,
         )
-        self._init_sharding(ShardOptions.from_kwargs(options), StrategyOptions.from_kwargs(options))
+        self._sharding = StrategySharding(
+            self, ShardOptions.from_kwargs(options), StrategyOptions.from_kwargs(options)
+        )
         self._mesh_topology: tuple[Any, Topology] | None = None
 
+    @override
     def data_parallel_topology(self) -> Topology:
         """The size and index of the mesh's data-parallel dimension; every rank's index, for dispatch.
 

@@ -10,9 +10,9 @@ evaluation"). ``PredictionGatherer`` does this for ``trainer.predict``'s return 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -21,12 +21,11 @@ from lightning.pytorch.callbacks import BasePredictionWriter, Callback
 from typing_extensions import override
 
 from lightning_shard.comm.collectives import is_distributed
+from lightning_shard.comm.topology import Topology
 from lightning_shard.comm.tree import concatenate
+from lightning_shard.lightning._private import predict_loader_count, predictions_per_loader
 from lightning_shard.lightning.stages import flatten_loaders
 from lightning_shard.sampling.native_stream import NativeStreamShard
-
-if TYPE_CHECKING:
-    from lightning_shard.lightning.sharding import ShardingMixin
 
 
 def merge_in_order(
@@ -81,35 +80,36 @@ class PredictionGatherer(Callback):
     """Makes ``trainer.predict`` return, on rank 0, what a single process would: every process's
     predictions, each sample once, in order. Other ranks keep their own (Lightning's behaviour).
 
-    Off with ``gather_predictions=False`` (each rank then keeps only its own, as under DDP).
+    A strategy adds it unless ``gather_predictions=False`` (each rank then keeps only its own, as under DDP).
+
+    Args:
+        topology: the data-parallel topology at the time of the predict run.
+        split_batches: whether the predict loaders split each batch across the processes.
     """
 
-    def __init__(self, strategy: ShardingMixin) -> None:
-        self.strategy = strategy
+    def __init__(self, topology: Callable[[], Topology], split_batches: Callable[[], bool]) -> None:
+        self.topology = topology
+        self.split_batches = split_batches
 
     @override
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # NOTE: runs after `on_predict_epoch_end`, where prediction writers saw this rank's own predictions;
-        # the list `trainer.predict` returns is this same object, so it is completed in place.
-        loop = trainer.predict_loop
-        strategy = self.strategy
-        if not strategy.strategy_options.gather_predictions or not loop.return_predictions:
+        # the lists `trainer.predict` returns are these same objects, so they are completed in place.
+        per_loader, topology = predictions_per_loader(trainer), self.topology()
+        if per_loader is None or topology.num_processes == 1:
             return
-        if strategy.topology.num_processes == 1:
-            return
-        predictions = loop.predictions
-        per_loader = predictions if loop.num_dataloaders > 1 else [predictions]
-        split = strategy.options_for("predict").split_batches
-        shares = [
-            isinstance(getattr(loader, "dataset", None), NativeStreamShard) for loader in _loaders(trainer)
-        ]
-        gathered = gather_to_rank_zero((strategy.topology.process_index, [list(p) for p in per_loader]))
+        split = self.split_batches()
+        by_process = [_natively_sharded(loader) for loader in _loaders(trainer)]
+        gathered = gather_to_rank_zero((topology.process_index, [list(p) for p in per_loader]))
         if gathered is None:
             return
         for position, own in enumerate(per_loader):
             parts = [(index, loaders[position]) for index, loaders in gathered]
-            by_process = position < len(shares) and shares[position]
-            own[:] = merge_in_order(parts, split, by_process)
+            own[:] = merge_in_order(parts, split, position < len(by_process) and by_process[position])
+
+
+def _natively_sharded(loader: Any) -> bool:
+    return isinstance(getattr(loader, "dataset", None), NativeStreamShard)
 
 
 class ShardPredictionWriter(BasePredictionWriter):
@@ -146,15 +146,13 @@ class ShardPredictionWriter(BasePredictionWriter):
         topology = getattr(strategy, "topology", None)
         index = topology.process_index if topology is not None else trainer.global_rank
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        several = trainer.predict_loop.num_dataloaders > 1
+        several = predict_loader_count(trainer) > 1
         part = {
             "index": index,
             "predictions": predictions,
             "batch_indices": batch_indices,
             "several": several,
-            "by_process": [
-                isinstance(getattr(dl, "dataset", None), NativeStreamShard) for dl in _loaders(trainer)
-            ],
+            "by_process": [_natively_sharded(loader) for loader in _loaders(trainer)],
         }
         own = self.output_dir / f"rank{trainer.global_rank}.pt"
         torch.save(part, own)

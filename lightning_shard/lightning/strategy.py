@@ -1,18 +1,202 @@
-"""``ShardStrategy``: Lightning's DDP with batch-level sharding, process-scaled schedulers and exact resume."""
+"""``ShardStrategy``: Lightning's DDP with batch-level sharding, process-scaled schedulers and exact resume;
+and ``ShardingHooks``, the hooks every ``Shard*`` strategy overrides to call its ``StrategySharding``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from lightning.pytorch.strategies import DDPStrategy
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.strategies import DDPStrategy, ParallelStrategy
+from torch.nn import Module
+from torch.optim import Optimizer
+from typing_extensions import override
 
-from lightning_shard.lightning.sharding import ShardingMixin
+from lightning_shard.comm.topology import Topology
+from lightning_shard.lightning._private import StrategyRegistryType, register_names
+from lightning_shard.lightning.audit_callback import EpochAudit
+from lightning_shard.lightning.plan import ShardPlan
+from lightning_shard.lightning.schedulers import SchedulerScaling
+from lightning_shard.lightning.sharding import StrategySharding, exact_mean
+from lightning_shard.lightning.stages import ShardLoader
+from lightning_shard.loaders.streams import StreamReport
 from lightning_shard.options import ShardOptions, StrategyOptions
 from lightning_shard.sampling.balance import EvenBatches
+from lightning_shard.sampling.native_stream import IterableSharding
 
 
-class ShardStrategy(ShardingMixin, DDPStrategy):
+class ShardingHooks(ParallelStrategy):
+    """The Lightning hooks and the public surface of every ``Shard*`` strategy, each a delegation.
+
+    Holds no state and needs no ``__init__``: every member calls Lightning's implementation (``super()``)
+    and the ``StrategySharding`` the strategy's own ``__init__`` builds into ``_sharding``, or reads it.
+    A strategy lists it before one of Lightning's (``ShardStrategy(ShardingHooks, DDPStrategy)``); it
+    differs from the others only in that base, its constructor and ``data_parallel_topology``.
+    """
+
+    _sharding: StrategySharding
+    REGISTERED_NAMES: tuple[tuple[str, dict[str, Any]], ...] = ()
+    """``(name, init_args)`` under which the strategy registers in Lightning's ``StrategyRegistry``."""
+
+    # -- what the strategy is -----------------------------------------------------------------------
+    @property
+    def options(self) -> ShardOptions:
+        """The loader options (a ``ShardDataModule`` may override them per stage)."""
+        return self._sharding.options
+
+    @property
+    def strategy_options(self) -> StrategyOptions:
+        """The strategy options (scheduler scaling, audit, gathered predictions)."""
+        return self._sharding.strategy_options
+
+    @property
+    def step_scheduler_with_optimizer(self) -> bool:
+        """Whether ``interval="step"`` schedulers step once per process per optimizer step."""
+        return self._sharding.strategy_options.step_scheduler_with_optimizer
+
+    def data_parallel_topology(self) -> Topology:
+        """Who shares the data: every process of the job, unless the strategy says otherwise."""
+        return Topology(self.world_size, self.global_rank)
+
+    @property
+    def topology(self) -> Topology:
+        """The data-parallel size and this process's index in it."""
+        return self.data_parallel_topology()
+
+    @property
+    def shard_plan(self) -> ShardPlan | None:
+        """The plan of the running (or last) fit; ``None`` before a fit has started."""
+        return self._sharding.shard_plan
+
+    @property
+    def scheduler_scaling(self) -> SchedulerScaling:
+        """How ``interval="step"`` schedulers are stepped in this run."""
+        return self._sharding.scheduler_scaling
+
+    @property
+    def estimated_scheduler_steps(self) -> int:
+        """How many times this fit steps an ``interval="step"`` scheduler: size a ``OneCycleLR`` with it.
+
+        ``trainer.estimated_stepping_batches`` (optimizer steps) times the scheduler scaling factor.
+
+        Raises:
+            ValueError: if the fit has no bound (``max_epochs=-1`` and no ``max_steps``).
+        """
+        return self._sharding.estimated_scheduler_steps
+
+    @property
+    def stream_reports(self) -> list[StreamReport]:
+        """Each finished training epoch's report of a stream: samples read, padded, left unseen, per process."""
+        return self._sharding.stream_reports
+
+    @property
+    def audits(self) -> list[EpochAudit]:
+        """The audit of each training epoch so far (with ``audit=True``; the same on every process)."""
+        return self._sharding.audits
+
+    @property
+    def loaders_left_alone(self) -> bool:
+        """Whether the trainer was built with ``use_distributed_sampler=False``: loaders are not sharded."""
+        return self._sharding.loaders_left_alone
+
+    def options_for(self, stage: str) -> ShardOptions:
+        """The options of ``stage``'s loaders: the strategy's, then the datamodule's overrides.
+
+        Args:
+            stage: ``"train"``, ``"validate"``, ``"test"`` or ``"predict"``.
+        """
+        return self._sharding.options_for(stage)
+
+    def current_loader(self) -> ShardLoader | None:
+        """The sharded loader whose batch is being processed (``None`` for a loader we did not shard)."""
+        return self._sharding.current_loader()
+
+    def gather_for_metrics(self, data: Any) -> Any:
+        """``data`` of every process in process order, without the samples ``even_batches`` repeated.
+
+        ``data`` may be anything: a tensor (rows may differ per process), a nested structure, a list of
+        dicts, strings. Validation and test loaders repeat no sample (``even_batches="balanced"``), so
+        their outputs are gathered as they are, in a step or at the epoch's end. A loader that pads its
+        last step (training, iterable or dispatched data) has the padding dropped when this is called in
+        the step of that batch; so gathering a 103-sample set yields exactly 103 rows either way. Every
+        process must call it.
+
+        Raises:
+            ValueError: if the current loader is uneven (``even_batches=False``) on several processes, or
+                pads and this is called outside a step (the padding can no longer be told apart).
+        """
+        return self._sharding.gather_for_metrics(data)
+
+    # -- Lightning's hooks --------------------------------------------------------------------------
+    @override
+    def connect(self, model: pl.LightningModule) -> None:
+        super().connect(model)
+        self._sharding.connect(model.trainer)
+
+    @override
+    def process_dataloader(self, dataloader: object) -> object:
+        return self._sharding.process_dataloader(dataloader)
+
+    @override
+    def setup_optimizers(self, trainer: pl.Trainer) -> None:
+        super().setup_optimizers(trainer)
+        self.optimizers, self.lr_scheduler_configs = self._sharding.wrap_optimizers(
+            self.optimizers, self.lr_scheduler_configs
+        )
+
+    @override
+    def optimizer_step(
+        self,
+        optimizer: Optimizer,
+        closure: Callable[[], Any],
+        model: pl.LightningModule | Module | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        with self._sharding.stepping(optimizer, self.precision_plugin):
+            return super().optimizer_step(optimizer, closure, model, **kwargs)
+
+    @override
+    def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
+        self._sharding.batch_moving(dataloader_idx)
+        return super().batch_to_device(batch, device, dataloader_idx)
+
+    @override
+    def on_train_start(self) -> None:
+        super().on_train_start()
+        self._sharding.on_train_start(self.lr_scheduler_configs)
+
+    @override
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        with self._sharding.in_step():
+            return super().training_step(*args, **kwargs)
+
+    @override
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        with self._sharding.in_step():
+            return super().validation_step(*args, **kwargs)
+
+    @override
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        with self._sharding.in_step():
+            return super().test_step(*args, **kwargs)
+
+    @override
+    def reduce(self, tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -> Any:
+        """Lightning's reduction, except that integer tensors are averaged exactly (``exact_mean``)."""
+        exact = exact_mean(tensor, group, reduce_op)
+        if exact is not None:
+            return exact
+        # NOTE: abstract in `ParallelStrategy`; every Lightning strategy a `Shard*` one is built on defines it.
+        return super().reduce(tensor, group=group, reduce_op=reduce_op)  # type: ignore[safe-super]
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: StrategyRegistryType) -> None:
+        register_names(cls, strategy_registry, cls.REGISTERED_NAMES)
+
+
+class ShardStrategy(ShardingHooks, DDPStrategy):
     """DDP whose loaders are sharded by ``prepare_data_loader`` instead of Lightning's ``DistributedSampler``.
 
     Every train / val / test / predict ``DataLoader`` is sharded with this strategy's options (a
@@ -22,13 +206,9 @@ class ShardStrategy(ShardingMixin, DDPStrategy):
     ``interval="step"`` schedulers ``ShardScheduler``; the training loader's position is saved in
     Lightning's checkpoints and restored exactly. Registered as ``"shard"`` and ``"shard_spawn"``.
 
-    Keyword arguments: the loader options (``split_batches``, ``even_batches``, ``dispatch_batches``,
-    ``put_on_device``, ``rng_types``, ``use_seedable_sampler``, ``data_seed``, ``non_blocking``,
-    ``use_stateful_dataloader``, ``slice_fn_for_dispatch``, ``iterable_sharding``, ``scalable_shuffle``)
-    are the fields of
-    ``ShardOptions``, and the strategy options (``step_scheduler_with_optimizer``, ``audit``,
-    ``audit_raise``, ``gather_predictions``) those of ``StrategyOptions``; the options table documents
-    both. ``rng_types`` defaults to ``("generator",)`` here.
+    Keyword arguments: the loader options (the fields of ``ShardOptions``) and the strategy options
+    (those of ``StrategyOptions``), both documented in the options table. ``rng_types`` defaults to
+    ``("generator",)`` here.
 
     Args:
         **kwargs: any ``DDPStrategy`` argument (``find_unused_parameters``, ``timeout``, ``start_method``, ...).
@@ -55,7 +235,7 @@ class ShardStrategy(ShardingMixin, DDPStrategy):
         non_blocking: bool = False,
         use_stateful_dataloader: bool = False,
         slice_fn_for_dispatch: Callable[..., Any] | None = None,
-        iterable_sharding: str = "auto",
+        iterable_sharding: IterableSharding = "auto",
         scalable_shuffle: bool = False,
         step_scheduler_with_optimizer: bool = True,
         audit: bool = False,
@@ -65,4 +245,6 @@ class ShardStrategy(ShardingMixin, DDPStrategy):
     ) -> None:
         options = locals()
         super().__init__(**kwargs)
-        self._init_sharding(ShardOptions.from_kwargs(options), StrategyOptions.from_kwargs(options))
+        self._sharding = StrategySharding(
+            self, ShardOptions.from_kwargs(options), StrategyOptions.from_kwargs(options)
+        )

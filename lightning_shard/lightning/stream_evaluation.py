@@ -2,7 +2,7 @@
 had ended (docs/DESIGN.md, "Streaming data").
 
 NOTE: a strided or map-style loader pads only the last global batch, so dropping the padding needs the
-loader's ``remainder`` at its last batch (``ShardingMixin.gather_for_metrics``). A stream whose shares
+loader's ``remainder`` at its last batch (``StrategySharding.gather_for_metrics``). A stream whose shares
 end unevenly pads whole batches, on some processes only, for several steps, and which batch is the
 last is known only one step later. So each batch's padding is queued by the loader as it is yielded,
 taken by the strategy when Lightning moves that batch to the device (once per consumed batch, after
@@ -29,7 +29,8 @@ def take_stream_padding(loader: Any) -> int:
 
 def is_stream_loader(loader: Any) -> bool:
     """Whether ``loader`` iterates a stream that may end unevenly across processes."""
-    return getattr(loader, "stream", None) is not None
+    stream = getattr(loader, "stream", None)
+    return stream is not None and stream.uneven
 
 
 def gather_stream_for_metrics(data: Any, padding: int, sources: Sequence[int] | None = None) -> Any:

@@ -8,6 +8,8 @@ from typing import Any
 from torch.utils.data import DataLoader, IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from lightning_shard.sampling.native_stream import NATIVE, SELF, STRIDE
+
 _REBUILT_BY_US = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
 
 
@@ -21,8 +23,8 @@ def loader_settings(dataloader: DataLoader) -> dict[str, Any]:
     }
 
 
-STRIDED_STREAM = "iterable"
-NATIVE_STREAM_KINDS = ("native-stream", "self-split-stream")
+STRIDED_STREAM = STRIDE
+NATIVE_STREAM_KINDS = (NATIVE, SELF)
 STREAM_KINDS = (STRIDED_STREAM, *NATIVE_STREAM_KINDS)
 """The ``sampler`` kinds a stream's state records: strided, natively sharded, or split by the dataset."""
 

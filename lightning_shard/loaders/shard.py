@@ -15,7 +15,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lightning_shard._checks import check_non_negative
-from lightning_shard.comm.collectives import all_gather_objects, communication_device, is_distributed
+from lightning_shard.comm.collectives import is_distributed
 from lightning_shard.comm.rng import normalize_rng_types, synchronize_rng_states
 from lightning_shard.comm.topology import Topology
 from lightning_shard.comm.tree import batch_length, send_to_device
@@ -32,10 +32,11 @@ from lightning_shard.loaders.state import LoaderState
 from lightning_shard.loaders.stream_replay import replayed_batches
 from lightning_shard.loaders.streams import (
     PAD,
+    SAME,
     SHORTEST,
+    StreamEnds,
     StreamRun,
     check_stream_state,
-    drained_on_close,
     native_sharding,
 )
 from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader
@@ -63,9 +64,9 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         non_blocking: asynchronous host-to-device copies (useful with ``pin_memory=True``).
         topology: the data-parallel topology the shard was built for (``prepare_data_loader`` passes
             it); ``None``: the default process group is the data-parallel group.
-        stream_ends: for a stream whose processes may run out at different steps (a native share, or a
-            strided stream with ``even_batches=False``): ``"pad"``, ``"shortest"`` or ``"own"``
-            (``loaders/streams.py``; docs/DESIGN.md, "Streaming data").
+        stream_ends: how the processes' streams end (``loaders/streams.py``; docs/DESIGN.md, "Streaming
+            data"): ``"pad"`` (a strided stream's is ``"same"``: all end together), ``"shortest"`` or
+            ``"own"``.
         **kwargs: any other ``DataLoader`` argument.
 
     Raises:
@@ -83,7 +84,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         use_stateful_dataloader: bool = False,
         non_blocking: bool = False,
         *,
-        stream_ends: str = PAD,
+        stream_ends: StreamEnds = PAD,
         topology: Topology | None = None,
         **kwargs: Any,
     ) -> None:
@@ -98,7 +99,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         self.use_stateful_dataloader = use_stateful_dataloader
         self.topology = topology
         self.stream = _stream_run(dataset, stream_ends, topology)
-        """The end agreement and per-process position of a stream that may end unevenly, else ``None``."""
+        """The end agreement of a stream (and each process's position in a native one), else ``None``."""
         self._discard = 0
         self._replay: Callable[[], Iterator[Any]] | None = None
         """The rest of an epoch replayed in its order (``loaders/stream_replay.py``), else ``None``."""
@@ -121,7 +122,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
                 mode="shard",
                 num_processes=num_processes,
                 split_batches=split,
-                even_batches=self.stream is None or self.stream.policy == PAD,
+                even_batches=self.stream is None or not self.stream.uneven,
                 drop_last=shard.drop_last,
                 batch_size=shard.batch_size,
                 dataset_length=_length(shard.dataset),
@@ -194,7 +195,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         if not isinstance(dataset, IterableDatasetShard):
             return DataLoader.__len__(self)
         # NOTE: all stop at the shortest: the last process has the fewest elements of the last global batch.
-        shortest = self.stream is not None and self.stream.policy == SHORTEST
+        shortest = self.stream is not None and self.stream.stream_ends == SHORTEST
         elements = dataset.length_after(base, dataset.num_processes - 1 if shortest else None)
         if self.batch_size is None:
             return elements
@@ -230,7 +231,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
             use_stateful_dataloader=self.use_stateful_dataloader,
             non_blocking=self.non_blocking,
             topology=self.topology,
-            stream_ends=self.stream.policy if self.stream is not None else PAD,
+            stream_ends=self.stream.stream_ends if self.stream is not None else PAD,
             **kwargs,
         )
         carry_user_attributes(twin, self, getattr(self, "user_attributes", ()))
@@ -244,18 +245,16 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         loaded = self._user_batches()
         batches = itertools.islice(loaded, self._discard, None) if self._discard else loaded
         if self.stream is not None:
-            return self._stream_epoch(batches, self._user_batches)
+            return self._stream_epoch(self.stream, batches)
         return self._look_ahead(batches)
 
-    def _stream_epoch(self, batches: Iterator[Any], restart: Callable[[], Iterator[Any]]) -> Iterator[Any]:
-        """``_look_ahead`` for a stream that may end unevenly: ``StreamRun`` decides when all stop."""
-        assert self.stream is not None  # NOTE: `__iter__` calls this only for a stream.
-        device, non_blocking, progress = self.device, self.non_blocking, self._progress
+    def _stream_epoch(self, stream: StreamRun, batches: Iterator[Any]) -> Iterator[Any]:
+        """``_look_ahead`` for a stream: ``StreamRun`` agrees with the other processes on when all stop."""
         rows = batch_length if self.batch_size is not None else _one
-        for batch in self.stream.batches(batches, restart, rows, self._epoch):
-            progress.steps += 1
-            yield batch if device is None else send_to_device(batch, device, non_blocking)
-        progress.end = True
+        device, non_blocking = self.device, self.non_blocking
+        move = None if device is None else lambda batch: send_to_device(batch, device, non_blocking)
+        yield from stream.batches(batches, self._user_batches, rows, self._epoch, self._progress, move)
+        self._progress.end = True
         self._finish_epoch()
 
     # -- per-process stream positions (docs/DESIGN.md, "Streaming data") ------------------------------
@@ -269,18 +268,19 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
             self.stream.restore(ends if len(ends) == info.num_processes else None)
 
     def _look_ahead(self, batches: Iterator[Any]) -> Iterator[Any]:
-        """Yield batches one behind the DataLoader, so the last one is known to be the last."""
-        agreement = _EndAgreement() if _streams_must_agree(self.dataset, self.topology) else None
+        """Yield batches one behind the DataLoader, so the last one is known to be the last.
+
+        NOTE: no collective: map-style data ends where arithmetic says, on every process alike.
+        """
         device, non_blocking, progress = self.device, self.non_blocking, self._progress
-        current = _fetch(batches, agreement, progress.steps)
-        while _agreed(current, agreement) is not _END:
+        current = next(batches, _END)
+        while current is not _END:
             if device is not None:
                 current = send_to_device(current, device, non_blocking)
-            following = _fetch(batches, agreement, progress.steps + 1)
+            following = next(batches, _END)
             progress.end = following is _END
             progress.steps += 1
-            with drained_on_close(agreement):
-                yield current
+            yield current
             current = following
         self._finish_epoch()
 
@@ -297,32 +297,6 @@ class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
 _END = object()
 
 
-def _fetch(batches: Iterator[Any], agreement: _EndAgreement | None, position: int) -> Any:
-    """Batch ``position`` of the epoch, or ``_END``; with an agreement, its check starts now."""
-    batch = next(batches, _END)
-    if agreement is not None:
-        agreement.start(batch is _END, position)
-    return batch
-
-
-def _agreed(batch: Any, agreement: _EndAgreement | None) -> Any:
-    """``batch``, once every process agrees on whether the stream ended there."""
-    if agreement is not None:
-        agreement.settle()
-    return batch
-
-
-def _streams_must_agree(dataset: Any, topology: Topology | None) -> bool:
-    """Whether this iterable shard's processes must check, batch by batch, that they end together.
-
-    Only when every rank of the process group iterates this loader: the data-parallel group itself, or
-    a mesh over the whole group (whose tensor-parallel peers read the same stream).
-    """
-    if not (isinstance(dataset, IterableDatasetShard) and dataset.num_processes > 1 and is_distributed()):
-        return False
-    return _covers_group(dataset.num_processes, topology)
-
-
 def _covers_group(num_processes: int, topology: Topology | None) -> bool:
     """Whether every rank of the default group iterates a loader of this topology."""
     if not is_distributed():
@@ -332,56 +306,19 @@ def _covers_group(num_processes: int, topology: Topology | None) -> bool:
     return topology.covers_world()
 
 
-class _EndAgreement:
-    """Checks that an iterable shard's stream ends on every process at the same batch (docs/DESIGN.md, "No hangs").
-
-    NOTE: every process reads the whole stream, so all end together exactly when the stream is the
-    same on every process. Each fetch starts a one-element all-reduce of "the stream ended here",
-    waited for only before that batch is yielded: its latency overlaps the step on the batch before.
-    A check at the end of the epoch would come too late, after a step one process takes alone, and
-    would pair with that step's collectives (gloo aborts on such a mismatch).
-    """
-
-    def __init__(self) -> None:
-        self._pending: tuple[bool, int, torch.Tensor, Any] | None = None
-
-    def start(self, ended: bool, position: int) -> None:
-        flag = torch.tensor([int(ended)], dtype=torch.int64, device=communication_device())
-        self._pending = (ended, position, flag, dist.all_reduce(flag, async_op=True))
-
-    def drain(self) -> None:
-        """Wait for a started check whose answer is no longer needed."""
-        if self._pending is not None:
-            self._pending[3].wait()
-            self._pending = None
-
-    def settle(self) -> None:
-        """Wait for the started check; raise on every process at once if only some streams ended."""
-        assert self._pending is not None  # NOTE: each settle follows its start in `_look_ahead`.
-        ended, position, flag, work = self._pending
-        self._pending = None
-        work.wait()
-        count, world = int(flag.item()), dist.get_world_size()
-        if 0 < count < world:
-            ended_on = [rank for rank, done in enumerate(all_gather_objects(ended)) if done]
-            raise RuntimeError(
-                f"The iterable dataset ran out on processes {ended_on} of {world} after {position} batches, "
-                "but not on the others: it yields different elements on different processes. Every process "
-                "reads the whole stream and keeps its own slice, so make the dataset yield the same stream "
-                "on every process (do not split it by rank yourself), or shard it yourself and use a plain "
-                "`DataLoader` without `prepare_data_loader`."
-            )
-
-
-def _stream_run(dataset: Any, policy: str, topology: Topology | None) -> StreamRun | None:
-    """A ``StreamRun`` for a native share, or for a strided stream that does not pad; else ``None``."""
+def _stream_run(dataset: Any, stream_ends: StreamEnds, topology: Topology | None) -> StreamRun | None:
+    """The ``StreamRun`` of a native share or a strided stream; ``None`` for map-style data."""
     native = isinstance(dataset, NativeStreamShard)
-    if native or (isinstance(dataset, IterableDatasetShard) and policy != PAD):
-        covers = _covers_group(dataset.num_processes, topology)
-        return StreamRun(
-            policy, dataset.num_processes, dataset.process_index, resumable=native, spans_group=covers
+    if not (native or isinstance(dataset, IterableDatasetShard)):
+        return None
+    if not native and stream_ends == PAD:
+        stream_ends = (
+            SAME  # NOTE: `IterableDatasetShard` pads the last global batch: every process ends there.
         )
-    return None
+    covers = _covers_group(dataset.num_processes, topology)
+    return StreamRun(
+        stream_ends, dataset.num_processes, dataset.process_index, resumable=native, spans_group=covers
+    )
 
 
 def _one(batch: Any) -> int:

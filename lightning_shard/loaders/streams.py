@@ -1,15 +1,16 @@
-"""Streams whose processes may run out at different steps: one agreement, three ways to end
-(docs/DESIGN.md, "Streaming data").
+"""Streams: one end agreement, four ways to end (docs/DESIGN.md, "Streaming data", "No hangs").
 
-Each fetch starts, one batch ahead and asynchronously, an all-reduce of a ``3 x N`` vector: which
-processes' streams have ended, and how many real and padding samples each process yielded so far. So
-every process learns at the same step that some stream ended, and all know each other's position
-without any collective when the state is saved. What happens then is the policy:
+Each fetch starts, one batch ahead and asynchronously, an all-reduce waited for only before that batch is
+yielded (its latency overlaps the step on the batch before; a check at the epoch's end would pair with
+the collectives of a step one process takes alone). What it carries and does is the ``stream_ends`` policy:
 
-- ``"pad"`` (``even_batches=True``): a process whose stream ended continues from the start of its
-  share until every stream has ended; the epoch ends on all processes at the same step.
-- ``"shortest"`` (``even_batches=False``): every process stops at the first end; the others count what
-  they leave unseen (by reading it: a stream has no length) and rank 0 reports it.
+- ``"same"`` (strided, ``even_batches=True``): every process reads the whole stream, so all end at the same
+  step. One int: how many ended here; if only some did, every process raises at once.
+- ``"pad"`` (native, ``even_batches=True``): a ``3 x N`` vector, which processes' streams have ended and
+  how many real and padding samples each yielded (so the state needs no collective). A process whose
+  stream ended continues from the start of its share until every stream has ended.
+- ``"shortest"`` (``even_batches=False``): the same vector; every process stops at the first end; the
+  others count what they leave unseen (by reading it: a stream has no length) and rank 0 reports it.
 - ``"own"`` (predict): no agreement; each process reads its share to its end.
 """
 
@@ -19,14 +20,14 @@ import itertools
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Literal, TypeAlias, get_args
 
 import torch
 import torch.distributed as dist
 
-from lightning_shard.comm.collectives import communication_device, is_distributed
+from lightning_shard.comm.collectives import all_gather_objects, communication_device, is_distributed
+from lightning_shard.loaders.position import Progress
 from lightning_shard.loaders.resumable import ShardingInfo
 from lightning_shard.loaders.settings import NATIVE_STREAM_KINDS
 from lightning_shard.loaders.state import LoaderState
@@ -34,8 +35,13 @@ from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.litdata_stream import LITDATA_REASON, is_litdata
 from lightning_shard.sampling.native_stream import NATIVE, NativeStreamShard
 
-PAD, SHORTEST, OWN = "pad", "shortest", "own"
-STREAM_ENDS = (PAD, SHORTEST, OWN)
+StreamEnds: TypeAlias = Literal["pad", "shortest", "own", "same"]
+"""What a loader over a stream does when its processes' streams may end at different steps (see above)."""
+PAD: Final = "pad"
+SHORTEST: Final = "shortest"
+OWN: Final = "own"
+SAME: Final = "same"
+STREAM_ENDS: tuple[StreamEnds, ...] = get_args(StreamEnds)
 
 _END = object()
 _QUEUED = 16
@@ -77,39 +83,45 @@ def _per_rank(counts: tuple[int, ...]) -> str:
 
 
 class StreamRun:
-    """The policy, position and agreement of a loader over a stream that may end unevenly.
+    """The ``stream_ends`` policy, position and end agreement of a loader over a stream.
 
     Args:
-        policy: ``"pad"``, ``"shortest"`` or ``"own"``.
+        stream_ends: ``"same"`` (strided streams only), ``"pad"``, ``"shortest"`` or ``"own"``.
         num_processes, process_index: ``N`` and ``r``.
         resumable: whether the loader itself skips batches on resume (native shares; a strided
             stream skips inside ``IterableDatasetShard``).
+        spans_group: whether every rank of the default group iterates it (then the ends can be agreed on).
     """
 
     def __init__(
         self,
-        policy: str,
+        stream_ends: StreamEnds,
         num_processes: int,
         process_index: int,
         *,
         resumable: bool,
         spans_group: bool = True,
     ) -> None:
-        if policy not in STREAM_ENDS:
-            raise ValueError(f"`stream_ends` must be one of {list(STREAM_ENDS)}, got {policy!r}.")
-        self.policy = policy
+        allowed = [ends for ends in STREAM_ENDS if not (resumable and ends == SAME)]
+        if stream_ends not in allowed:
+            raise ValueError(f"`stream_ends` must be one of {allowed}, got {stream_ends!r}.")
+        self.stream_ends = stream_ends
         self.num_processes = num_processes
         self.process_index = process_index
         self.resumable = resumable
         self.spans_group = spans_group
-        """Whether every rank of the default group iterates this stream (then the ends can be agreed on)."""
         self.ended_at: list[int | None] = [None] * num_processes
         self._paddings: deque[int] = deque(maxlen=_QUEUED)
         self.report: StreamReport | None = None
-        """The last finished epoch's report."""
+        """The last finished epoch's report (``None`` under ``"same"``: nothing to report)."""
         self._pending: list[int | None] | None = None
         self._skip = 0
         self._last_vector: list[int] | None = None
+
+    @property
+    def uneven(self) -> bool:
+        """Whether the processes may take different numbers of real batches (all policies but ``"same"``)."""
+        return self.stream_ends != SAME
 
     def take_padding(self) -> int:
         """Padding samples in the oldest batch yielded and not yet taken: call it once per consumed batch.
@@ -144,43 +156,63 @@ class StreamRun:
         restart: Callable[[], Iterator[Any]],
         rows: Callable[[Any], int],
         epoch: int,
+        progress: Progress,
+        move: Callable[[Any], Any] | None,
     ) -> Iterator[Any]:
-        """This process's batches of one epoch, ending on every process at the same step."""
+        """This process's batches of one epoch (``restart``: a pass from its start), ending on every process
+        at the same step but under ``"own"``; counts ``progress``; ``move`` is applied before the next fetch."""
         share = _Share(first, restart, self._skip, self.ended_at[self.process_index])
         self._paddings.clear()
-        agreement = _Agreement(self.num_processes, self.process_index) if self._agrees() else None
+        same = self.stream_ends == SAME
+        agreement = _Agreement(self.num_processes, self.process_index, not same) if self._agrees() else None
         counts = [0, 0]  # real and padding samples this process yielded in this run
-        step = start = self._skip
+        start = progress.steps
         current = share.fetch()
         if agreement is not None:
             agreement.start(share.exhausted, counts)
         while True:
             if agreement is not None:
-                # NOTE: the check of this batch started when it was fetched, one step ago: its latency
-                # overlaps the step on the batch before, as in the strided loader's agreement.
-                if self._stops(agreement.settle(), step):
+                # NOTE: the check of this batch started when it was fetched, one step ago.
+                if self._stops(agreement.settle(), progress.steps, current is _END):
                     break
                 if current is _END:
                     current = share.padding()
             elif current is _END:
                 break
-            self._paddings.append(rows(current) if share.exhausted else 0)
-            counts[share.exhausted] += rows(current)
+            if not same:
+                samples = rows(current)
+                self._paddings.append(samples if share.exhausted else 0)
+                counts[share.exhausted] += samples
+            if move is not None:
+                current = move(current)
             following = share.fetch()
             if agreement is not None:
                 agreement.start(share.exhausted, counts)
-            step += 1
-            with drained_on_close(agreement):
+            progress.steps += 1
+            # NOTE: under "same" a stream that ended here ended on every process (else the next check raises).
+            progress.end = same and following is _END
+            try:
                 yield current
+            except GeneratorExit:
+                # NOTE: the loop left the epoch early (Lightning stops after `len` batches): settle the check
+                # every process started for the next batch, so no collective of ours is in flight when the
+                # group goes down (a pending one can abort the process at exit). Not a context manager: one
+                # per batch costs microseconds.
+                if agreement is not None:
+                    agreement.drain()
+                raise
             current = following
-        self._finish(agreement, share, current, counts, epoch, step - start, rows)
+        if not same:
+            self._finish(agreement, share, current, counts, epoch, progress.steps - start, rows)
 
     def _agrees(self) -> bool:
         """Whether every rank of the group iterates this stream (all of them, or a whole mesh's ranks)."""
-        return self.policy != OWN and self.num_processes > 1 and is_distributed() and self.spans_group
+        return self.stream_ends != OWN and self.num_processes > 1 and is_distributed() and self.spans_group
 
-    def _stops(self, vector: list[int], step: int) -> bool:
-        """Whether the epoch ends here; records who ended; raises everywhere on an empty share."""
+    def _stops(self, vector: list[int], step: int, ended_here: bool) -> bool:
+        """Whether the epoch ends here; records who ended; raises everywhere on an uneven end it cannot take."""
+        if self.stream_ends == SAME:
+            return _all_ended(vector[0], ended_here, step)
         size = self.num_processes
         ended = vector[:size]
         for rank, flag in enumerate(ended):
@@ -189,7 +221,7 @@ class StreamRun:
         self._last_vector = vector
         if not any(ended):
             return False
-        if self.policy == SHORTEST or all(ended):
+        if self.stream_ends == SHORTEST or all(ended):
             return True
         empty = [rank for rank, end in enumerate(self.ended_at) if end == 0]
         if empty:
@@ -210,18 +242,13 @@ class StreamRun:
         steps: int,
         rows: Callable[[Any], int],
     ) -> None:
-        size = self.num_processes
-        vector = self._last_vector if agreement is not None else None
-        read = (
-            tuple(vector[size : 2 * size])
-            if vector is not None
-            else _mine(counts[0], self.process_index, size)
-        )
-        padded = (
-            tuple(vector[2 * size :]) if vector is not None else _mine(counts[1], self.process_index, size)
-        )
+        size, vector = self.num_processes, self._last_vector
+        if agreement is not None and vector is not None:
+            read, padded = tuple(vector[size : 2 * size]), tuple(vector[2 * size :])
+        else:
+            read, padded = (tuple(n if r == self.process_index else 0 for r in range(size)) for n in counts)
         unseen = None
-        if self.policy == SHORTEST and agreement is not None:
+        if self.stream_ends == SHORTEST and agreement is not None:
             unseen = self._unseen(share, current, rows)
         self.report = StreamReport(epoch, steps, read, padded, tuple(self.ended_at), unseen)
         self._last_vector = None
@@ -244,8 +271,19 @@ class StreamRun:
         return unseen
 
 
-def _mine(count: int, rank: int, size: int) -> tuple[int, ...]:
-    return tuple(count if other == rank else 0 for other in range(size))
+def _all_ended(count: int, ended_here: bool, step: int) -> bool:
+    """``"same"``: whether the stream ended on all ``count`` processes; raises on all if only some."""
+    world = dist.get_world_size()
+    if 0 < count < world:
+        ended_on = [rank for rank, done in enumerate(all_gather_objects(ended_here)) if done]
+        raise RuntimeError(
+            f"The iterable dataset ran out on processes {ended_on} of {world} after {step} batches, "
+            "but not on the others: it yields different elements on different processes. Every process "
+            "reads the whole stream and keeps its own slice, so make the dataset yield the same stream "
+            "on every process (do not split it by rank yourself), or shard it yourself and use a plain "
+            "`DataLoader` without `prepare_data_loader`."
+        )
+    return count > 0
 
 
 class _Share:
@@ -288,38 +326,26 @@ class _Share:
         return iter(()) if self.exhausted else self.iterator
 
 
-class Drainable(Protocol):
-    """An end agreement whose started check can be waited for (``_Agreement``, ``shard._EndAgreement``)."""
-
-    def drain(self) -> None: ...
-
-
-@contextmanager
-def drained_on_close(agreement: Drainable | None) -> Iterator[None]:
-    """Around a generator's ``yield``: when the loop leaves the epoch early (Lightning stops after ``len``
-    batches) and the generator is closed, settle the check every process started for the next batch, so
-    no collective of ours is in flight when the process group goes down (a pending one can abort the
-    process at exit)."""
-    try:
-        yield
-    except GeneratorExit:
-        if agreement is not None:
-            agreement.drain()
-        raise
-
-
 class _Agreement:
-    """One asynchronous all-reduce per fetch: ended flags, real and padding samples, per process."""
+    """One asynchronous all-reduce (a sum over the group) per fetch, settled before that batch is yielded.
 
-    def __init__(self, num_processes: int, process_index: int) -> None:
-        self.size, self.rank = num_processes, process_index
+    ``counted=False`` (``"same"``) sends one int, this process's "my stream ended here": the sum says how
+    many did. ``counted=True`` sends the ``3 x N`` vector: each process's ended flag, real and padding
+    samples, in its own entries.
+    """
+
+    def __init__(self, num_processes: int, process_index: int, counted: bool) -> None:
+        self.size, self.rank, self.counted = num_processes, process_index, counted
         self._pending: tuple[torch.Tensor, Any] | None = None
 
     def start(self, exhausted: bool, counts: list[int]) -> None:
-        vector = torch.zeros(3 * self.size, dtype=torch.int64, device=communication_device())
-        vector[self.rank] = int(exhausted)
-        vector[self.size + self.rank] = counts[0]
-        vector[2 * self.size + self.rank] = counts[1]
+        if not self.counted:
+            vector = torch.tensor([int(exhausted)], dtype=torch.int64, device=communication_device())
+        else:
+            vector = torch.zeros(3 * self.size, dtype=torch.int64, device=communication_device())
+            vector[self.rank] = int(exhausted)
+            vector[self.size + self.rank] = counts[0]
+            vector[2 * self.size + self.rank] = counts[1]
         self._pending = (vector, dist.all_reduce(vector, async_op=True))
 
     def drain(self) -> None:
@@ -333,6 +359,8 @@ class _Agreement:
         vector, work = self._pending
         self._pending = None
         work.wait()
+        if not self.counted:
+            return [int(vector.item())]
         # NOTE: under a mesh every rank of a data-parallel index reads the same share and writes the same
         # entries, so each is counted once per rank of its index.
         peers = dist.get_world_size() // self.size
@@ -359,7 +387,8 @@ def describe_stream(loader: Any) -> str | None:
         how = "strided, every process reads the whole stream"
     else:
         return None
-    return f"{how}; {_ENDS_TEXT[stream.policy]}" if stream is not None else how
+    ends = _ENDS_TEXT.get(stream.stream_ends) if stream is not None else None
+    return f"{how}; {ends}" if ends else how
 
 
 def native_sharding(shard: NativeStreamShard, stream: StreamRun | None, drop_last: bool) -> ShardingInfo:
@@ -373,12 +402,12 @@ def native_sharding(shard: NativeStreamShard, stream: StreamRun | None, drop_las
         mode="shard",
         num_processes=shard.num_processes,
         split_batches=shard.split_batches,
-        even_batches=stream is None or stream.policy == PAD,
+        even_batches=stream is None or stream.stream_ends == PAD,
         drop_last=drop_last,
         batch_size=batch_size,
         dataset_length=int(length()) if callable(length) else None,
         step_size=global_batch,
-        sampler=NATIVE_STREAM_KINDS[0] if shard.kind == NATIVE else NATIVE_STREAM_KINDS[1],
+        sampler=shard.kind,
     )
 
 

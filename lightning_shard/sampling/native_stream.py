@@ -13,14 +13,22 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, TypeAlias, get_args, runtime_checkable
 
 from torch.utils.data import IterableDataset, get_worker_info
 
 from lightning_shard.sampling.litdata_stream import litdata_class
 
-STRIDE, NATIVE, SELF = "stride", "native", "self"
-"""How a process gets its part of a stream: strided, its own share, or the dataset's own split."""
+IterableSharding: TypeAlias = Literal["auto", "native", "stride"]
+"""The values of the ``iterable_sharding`` option: how a user asks a stream to be split."""
+ITERABLE_SHARDING: tuple[IterableSharding, ...] = get_args(IterableSharding)
+
+StreamKind: TypeAlias = Literal["iterable", "native-stream", "self-split-stream"]
+"""How a process gets its part of a stream, as a loader's state records it (its ``sampler``): strided
+(every process reads the whole stream), its own share, or the dataset's own split by rank."""
+STRIDE: Final = "iterable"
+NATIVE: Final = "native-stream"
+SELF: Final = "self-split-stream"
 
 
 @runtime_checkable
@@ -44,14 +52,14 @@ class ShardableStream(Protocol):
 
 @dataclass(frozen=True)
 class StreamSharding:
-    """How one stream is split: ``kind`` (``"stride"``, ``"native"`` or ``"self"``) and why."""
+    """How one stream is split (``kind``) and why."""
 
-    kind: str
+    kind: StreamKind
     reason: str
 
 
 def choose_stream_sharding(
-    dataset: Any, mode: str, num_processes: int, num_workers: int = 0
+    dataset: Any, mode: IterableSharding, num_processes: int, num_workers: int = 0
 ) -> StreamSharding:
     """Resolve ``iterable_sharding`` (``mode``) for ``dataset`` on ``num_processes`` processes.
 
@@ -62,20 +70,20 @@ def choose_stream_sharding(
     """
     splits = splits_by_rank(dataset)
     if splits is not None:
-        if mode == STRIDE and num_processes > 1:
+        if mode == "stride" and num_processes > 1:
             raise ValueError(
                 f"`iterable_sharding='stride'` on a dataset that {splits}: every process would keep 1/{num_processes} "
                 f"of its own 1/{num_processes}. Use `iterable_sharding='auto'` (it is passed through), or give "
                 "the dataset unsplit."
             )
         return StreamSharding(SELF, splits)
-    if num_processes == 1 or mode == STRIDE:
+    if num_processes == 1 or mode == "stride":
         return StreamSharding(STRIDE, "one process" if num_processes == 1 else "`iterable_sharding='stride'`")
     missing = _cannot_shard(dataset, num_processes)
     if missing is None:
         _check_workers_can_split(dataset, num_processes, num_workers)
         return StreamSharding(NATIVE, f"{dataset.n_shards} shards over {num_processes} processes")
-    if mode == NATIVE:
+    if mode == "native":
         error = TypeError if "does not implement" in missing else ValueError
         raise error(
             f"`iterable_sharding='native'`, but the dataset ({type(dataset).__name__}) cannot be read natively: "
@@ -161,25 +169,34 @@ class NativeStreamShard(IterableDataset):
 
     Args:
         dataset: the user's iterable dataset.
-        kind: ``"native"`` (iterate ``dataset.shard(N, r)``) or ``"self"`` (iterate ``dataset``).
+        kind: ``"native-stream"`` (iterate ``dataset.shard(N, r)``) or ``"self-split-stream"`` (iterate
+            ``dataset``).
         num_processes: ``N``, the number of data-parallel processes.
         process_index: ``r``, this process's index.
         batch_size: the user's batch size (global with ``split_batches``), recorded for the state.
         split_batches: whether ``batch_size`` is global.
+
+    Raises:
+        ValueError: on any other ``kind``.
     """
 
     def __init__(
         self,
         dataset: Any,
-        kind: str,
+        kind: Literal["native-stream", "self-split-stream"],
         num_processes: int,
         process_index: int,
         *,
         batch_size: int | None = None,
         split_batches: bool = False,
     ) -> None:
+        if kind not in (NATIVE, SELF):
+            raise ValueError(
+                f"`kind` must be {NATIVE!r} or {SELF!r}, got {kind!r}. Let `prepare_data_loader` build the share "
+                "(its `iterable_sharding` option chooses)."
+            )
         self.dataset = dataset
-        self.kind = kind
+        self.kind: StreamKind = kind
         self.num_processes = num_processes
         self.process_index = process_index
         self.batch_size = batch_size
@@ -202,7 +219,7 @@ class NativeStreamShard(IterableDataset):
         return iter(worker_part(self.share, self.kind))
 
 
-def worker_part(share: Any, kind: str) -> Any:
+def worker_part(share: Any, kind: StreamKind) -> Any:
     """What this ``DataLoader`` worker reads of ``share``: all of it outside workers, else its group."""
     info = get_worker_info()
     if info is None or info.num_workers == 1 or kind == SELF or is_hugging_face(share):

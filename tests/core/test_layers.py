@@ -60,3 +60,33 @@ def test_import_registers_the_strategies() -> None:
         "assert type(trainer.strategy).__name__ == 'ShardStrategy'\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+
+
+SEED_NAMES = {
+    "prepare_data_loader", "skip_first_batches", "BatchSamplerShard", "IterableDatasetShard", "DataLoaderShard",
+    "DataLoaderDispatcher", "StatefulDataLoaderShard", "StatefulDataLoaderDispatcher", "SeedableRandomSampler",
+    "SkipBatchSampler", "ShardOptimizer", "ShardScheduler",
+}  # fmt: skip
+LIGHTNING_ENTRY_POINTS = {
+    "ShardStrategy", "ShardModelParallelStrategy", "ShardFSDPStrategy", "ShardFabricStrategy", "ShardDataModule",
+    "ShardPredictionWriter", "ShardPlan", "ShardOptions",
+}  # fmt: skip
+MOVED = {
+    "Consumed": "lightning_shard.loaders.position",
+    "ResumeHook": "lightning_shard.loaders.position",
+    "NativeStreamShard": "lightning_shard.sampling.native_stream",
+    "StreamReport": "lightning_shard.loaders.streams",
+    "StrategyOptions": "lightning_shard.options",
+    "stateful_loader_class": "lightning_shard.loaders.variants",
+}
+
+
+def test_the_top_level_is_the_seed_the_entry_points_and_what_users_write() -> None:
+    exported = set(lightning_shard.__all__)
+    assert SEED_NAMES | LIGHTNING_ENTRY_POINTS <= exported
+    assert all(hasattr(lightning_shard, name) for name in exported)
+    assert len(exported) <= 27, sorted(exported - SEED_NAMES - LIGHTNING_ENTRY_POINTS)
+    for name, module in MOVED.items():
+        assert name not in exported and not hasattr(lightning_shard, name), name
+        assert hasattr(__import__(module, fromlist=[name]), name), (name, module)
+    assert not hasattr(lightning_shard, "ShardingMixin")

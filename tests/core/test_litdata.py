@@ -59,7 +59,7 @@ def test_litdata_datasets_are_recognised_and_passed_through(data: str) -> None:
     parallel = litdata.ParallelStreamingDataset([streaming, litdata.StreamingDataset(data)])
     for dataset in (streaming, combined, parallel):
         assert splits_by_rank(dataset) == f"is a LitData `{type(dataset).__name__}`"
-        assert choose_stream_sharding(dataset, "auto", 2).kind == "self"
+        assert choose_stream_sharding(dataset, "auto", 2).kind == "self-split-stream"
         with pytest.raises(ValueError, match=r"`iterable_sharding='stride'` on a dataset that is a LitData"):
             choose_stream_sharding(dataset, "stride", 2)
 

@@ -18,10 +18,15 @@ from lightning_shard import (
     ShardModelParallelStrategy,
     ShardOptions,
     ShardStrategy,
-    StrategyOptions,
     prepare_data_loader,
 )
-from lightning_shard.options import option_fields, option_names, option_table, strategy_default
+from lightning_shard.options import (
+    StrategyOptions,
+    option_fields,
+    option_names,
+    option_table,
+    strategy_default,
+)
 
 ROOT = Path(__file__).parents[2]
 

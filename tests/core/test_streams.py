@@ -17,8 +17,10 @@ import pytest
 from torch.utils.data import DataLoader
 
 from lightning_shard import prepare_data_loader
+from lightning_shard.loaders.shard import DataLoaderShard
 from lightning_shard.loaders.state import LoaderState
 from lightning_shard.sampling.native_stream import (
+    NativeStreamShard,
     StreamShardingWarning,
     choose_stream_sharding,
     splits_by_rank,
@@ -36,16 +38,16 @@ def _ids(loader: Any) -> list[int]:
 
 def test_choice_of_sharding() -> None:
     shardable = IdShardsStream(id_shards(LENGTHS))
-    assert choose_stream_sharding(shardable, "auto", 2).kind == "native"
-    assert choose_stream_sharding(shardable, "auto", 5).kind == "native"
-    assert choose_stream_sharding(shardable, "stride", 2).kind == "stride"
-    assert choose_stream_sharding(shardable, "auto", 1).kind == "stride", "one process: nothing to split"
+    assert choose_stream_sharding(shardable, "auto", 2).kind == "native-stream"
+    assert choose_stream_sharding(shardable, "auto", 5).kind == "native-stream"
+    assert choose_stream_sharding(shardable, "stride", 2).kind == "iterable"
+    assert choose_stream_sharding(shardable, "auto", 1).kind == "iterable", "one process: nothing to split"
     fewer = choose_stream_sharding(shardable, "auto", 6)
-    assert (fewer.kind, fewer.reason) == ("stride", "it has 5 shards for 6 processes")
+    assert (fewer.kind, fewer.reason) == ("iterable", "it has 5 shards for 6 processes")
     plain = choose_stream_sharding(IdStream(8), "auto", 2)
-    assert plain.kind == "stride" and "does not implement `n_shards`" in plain.reason
-    assert choose_stream_sharding(hf_id_stream(LENGTHS), "auto", 2).kind == "native"
-    assert choose_stream_sharding(hf_id_stream([40]), "auto", 2).kind == "stride"
+    assert plain.kind == "iterable" and "does not implement `n_shards`" in plain.reason
+    assert choose_stream_sharding(hf_id_stream(LENGTHS), "auto", 2).kind == "native-stream"
+    assert choose_stream_sharding(hf_id_stream([40]), "auto", 2).kind == "iterable"
 
 
 def test_native_refused_where_it_cannot_apply() -> None:
@@ -57,6 +59,24 @@ def test_native_refused_where_it_cannot_apply() -> None:
         choose_stream_sharding(RankSplitIdStream(id_shards(LENGTHS)), "stride", 2)
     with pytest.raises(ValueError, match=r"`iterable_sharding` must be one of"):
         prepare_data_loader(DataLoader(IdStream(8)), iterable_sharding="natively")
+
+
+def test_stream_kinds_and_ends_are_checked() -> None:
+    """A share is built with the kind its state records (0.2's "native" is refused, not read as "self"), and
+    "same" (all must end together) is a strided stream's policy only."""
+    shardable = IdShardsStream(id_shards(LENGTHS))
+    assert NativeStreamShard(shardable, "native-stream", 2, 1).share is not shardable
+    with pytest.raises(
+        ValueError, match=r"`kind` must be 'native-stream' or 'self-split-stream', got 'native'"
+    ):
+        NativeStreamShard(shardable, "native", 2, 0)
+    with pytest.raises(
+        ValueError, match=r"`stream_ends` must be one of \['pad', 'shortest', 'own'\], got 'same'"
+    ):
+        DataLoaderShard(NativeStreamShard(shardable, "native-stream", 2, 0), stream_ends="same")
+    strided = prepare_data_loader(DataLoader(IdStream(8), batch_size=2), num_processes=2, process_index=0)
+    stream = strided.stream
+    assert stream is not None and (stream.stream_ends, stream.uneven) == ("same", False)
 
 
 class _ListShards(IdShardsStream):
@@ -80,7 +100,7 @@ def test_datasets_that_split_themselves_are_recognised() -> None:
     assert "split_dataset_by_node" in str(splits_by_rank(split))
     assert splits_by_rank(hf_id_stream(LENGTHS)) is None
     # NOTE: LitData's classes, the real ones: `tests/core/test_litdata.py`.
-    assert choose_stream_sharding(split, "auto", 2).kind == "self"
+    assert choose_stream_sharding(split, "auto", 2).kind == "self-split-stream"
     expected = _ids(DataLoader(split, batch_size=4))
     loader = prepare_data_loader(DataLoader(split, batch_size=4), num_processes=2, process_index=0)
     assert _ids(loader) == expected == list(range(0, 40, 2)), "passed through, not split again"

@@ -91,7 +91,8 @@ def test_a_problem_raises_with_the_summary_and_the_fix() -> None:
 
 def test_the_strategy_audit_arguments() -> None:
     assert ShardStrategy().audits == [] and ShardStrategy(audit=True).audits == []
-    assert isinstance(ShardStrategy(audit=True)._audit_callback, ShardAuditCallback)
+    assert any(isinstance(c, ShardAuditCallback) for c in ShardStrategy(audit=True)._sharding.callbacks)
+    assert not any(isinstance(c, ShardAuditCallback) for c in ShardStrategy()._sharding.callbacks)
     with pytest.raises(TypeError, match="`audit` must be True or False, got 'yes'"):
         ShardStrategy(audit="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="Set `audit=True` as well"):

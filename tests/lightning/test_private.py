@@ -19,11 +19,17 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 import lightning_shard.lightning
 from lightning_shard.lightning._private import (
     StrategyRegistryType,
+    add_callbacks_before_checkpoints,
     disable_sampler_injection,
     finish_restored_epoch,
+    predict_loader_count,
+    predictions_per_loader,
     rebuild_unrestored_training_loaders,
     record_batch_indices,
+    reload_every_n_epochs,
     sampler_injection_enabled,
+    set_reload_every_n_epochs,
+    training_batches_ready,
     unwrap_index_batch_sampler,
 )
 from tests.helpers.lightning_app import Recorder, RecordMap, loader
@@ -59,8 +65,88 @@ def test_prediction_loop_reads_the_recorded_indices() -> None:
 
 
 def test_progress_counters_the_checkpoint_state_reads() -> None:
-    progress = _trainer().fit_loop.epoch_loop.batch_progress
-    assert progress.current.ready == 0 and progress.is_last_batch is False
+    trainer = _trainer()
+    assert training_batches_ready(trainer) == (0, False)
+    progress = trainer.fit_loop.epoch_loop.batch_progress
+    progress.current.ready, progress.is_last_batch = 3, True
+    assert training_batches_ready(trainer) == (3, True)
+
+
+def _settings(tmp_path: Path, **more: Any) -> dict[str, Any]:
+    settings = {"accelerator": "cpu", "devices": 1, "logger": False, "enable_progress_bar": False}
+    return settings | {"enable_model_summary": False, "default_root_dir": str(tmp_path)} | more
+
+
+class _Marker(pl.Callback):
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        self.seen.append("batch end")
+
+
+def test_callbacks_added_to_the_list_run_before_the_checkpoints(tmp_path: Path) -> None:
+    """What ``add_callbacks_before_checkpoints`` relies on: every hook runs through ``trainer.callbacks`` in
+    its order, also for a callback added after the trainer was built (as a strategy's ``connect`` does)."""
+    save = ModelCheckpoint(tmp_path / "checkpoints", every_n_train_steps=1)
+    trainer = pl.Trainer(max_steps=2, callbacks=[save], **_settings(tmp_path))
+    first, second = _Marker(), _Marker()
+    add_callbacks_before_checkpoints(trainer, [first, second])
+    add_callbacks_before_checkpoints(trainer, [first])
+    assert (
+        trainer.callbacks.index(first) + 1 == trainer.callbacks.index(second) < trainer.callbacks.index(save)
+    )
+    trainer.fit(Recorder(str(tmp_path)), loader(8, 2))
+    assert first.seen == second.seen == ["batch end"] * 2
+    assert trainer.callbacks.index(second) < trainer.callbacks.index(save), "Lightning kept the order"
+
+
+class _Reloading(Recorder):
+    def on_train_epoch_end(self) -> None:
+        self.records.setdefault("reload", []).append(reload_every_n_epochs(self.trainer))
+        set_reload_every_n_epochs(self.trainer, 1 if self.current_epoch == 0 else 0)
+
+
+def test_the_reload_setting_is_read_at_each_epoch(tmp_path: Path) -> None:
+    """What ``set_reload_every_n_epochs`` relies on: the fit loop reads the trainer's
+    ``reload_dataloaders_every_n_epochs`` attribute when an epoch starts; set to 1 in epoch 0 it rebuilds the
+    loaders for epoch 1 only."""
+    built: list[int] = []
+
+    class Data(pl.LightningDataModule):
+        def train_dataloader(self) -> DataLoader:
+            built.append(len(built))
+            return loader(4, 2)
+
+    module = _Reloading(str(tmp_path))
+    pl.Trainer(max_epochs=3, **_settings(tmp_path)).fit(module, datamodule=Data())
+    assert module.records["reload"] == [0, 1, 0] and len(built) == 2
+
+
+class _Predicting(Recorder):
+    def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> Any:
+        return batch["id"]
+
+
+class _Predictions(pl.Callback):
+    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        own = predictions_per_loader(trainer)
+        assert own is not None and len(own) == predict_loader_count(trainer)
+        for position, predictions in enumerate(own):
+            predictions[:] = [position]
+
+
+@pytest.mark.parametrize("loaders", [1, 2])
+def test_the_predictions_trainer_predict_returns_are_completed_in_place(tmp_path: Path, loaders: int) -> None:
+    """What ``PredictionGatherer`` relies on: the lists ``predictions_per_loader`` gives at ``on_predict_end``
+    are those ``trainer.predict`` returns (one list, or one per loader)."""
+    trainer = pl.Trainer(callbacks=[_Predictions()], **_settings(tmp_path))
+    data = [loader(4, 2) for _ in range(loaders)]
+    returned = trainer.predict(_Predicting(str(tmp_path)), data if loaders > 1 else data[0])
+    assert returned == ([[0], [1]] if loaders > 1 else [0])
+    quiet = pl.Trainer(**_settings(tmp_path))
+    quiet.predict(Recorder(str(tmp_path)), data[0], return_predictions=False)
+    assert predictions_per_loader(quiet) is None
 
 
 @pytest.mark.filterwarnings("ignore:You're resuming from a checkpoint that ended before the epoch ended")
@@ -112,6 +198,18 @@ def test_private_lightning_names_live_in_one_module() -> None:
                 private = [alias.name for alias in node.names if alias.name.startswith("_")]
                 assert not private, f"{path.name} imports {private} from {node.module}"
         assert "._accelerator_connector" not in path.read_text(), path
+        text = path.read_text()
+        reached = {
+            ast.unparse(node).rsplit("trainer.", 1)[-1]
+            for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.Attribute) and ast.unparse(node.value).endswith("trainer")
+        }
+        reached |= {name for name in _TRAINER_INTERNALS if f'"{name}"' in text}
+        assert not reached & _TRAINER_INTERNALS, f"{path.name} reaches {reached & _TRAINER_INTERNALS}"
+
+
+_TRAINER_INTERNALS = {"fit_loop", "predict_loop", "callbacks", "reload_dataloaders_every_n_epochs"}
+"""The trainer's loops, its callback list and a setting kept as an attribute: only through ``_private.py``."""
 
 
 class _Estimating(Recorder):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import os
+import pickle
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -18,10 +20,18 @@ from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from torch.utils.data import DataLoader
 
-from lightning_shard import ResumeHook, ShardOptimizer, ShardOptions, ShardScheduler, prepare_data_loader
+import lightning_shard.lightning
+from lightning_shard import ShardOptimizer, ShardOptions, ShardScheduler, prepare_data_loader
 from lightning_shard.comm.gather import gather_in_process_order, keep_rows
 from lightning_shard.comm.topology import Topology
-from lightning_shard.lightning import ShardDataModule, ShardEpochCallback, ShardStrategy
+from lightning_shard.lightning import (
+    ShardDataModule,
+    ShardEpochCallback,
+    ShardFSDPStrategy,
+    ShardingHooks,
+    ShardModelParallelStrategy,
+    ShardStrategy,
+)
 from lightning_shard.lightning.checkpoints import LightningResumeHook
 from lightning_shard.lightning.plan import plan_for
 from lightning_shard.lightning.prediction import merge_in_order
@@ -31,7 +41,9 @@ from lightning_shard.lightning.schedulers import (
     wrap_optimizers,
     wrap_schedulers,
 )
+from lightning_shard.lightning.sharding import StrategySharding
 from lightning_shard.lightning.stages import stage_defaults
+from lightning_shard.loaders.position import ResumeHook
 from lightning_shard.loaders.state import encode_generator_state
 from lightning_shard.prepare import prepare_with_options
 from tests.helpers.lightning_app import Recorder, loader
@@ -61,6 +73,41 @@ def test_options_and_ddp_arguments_pass_through() -> None:
     assert strategy._ddp_kwargs == {"find_unused_parameters": True}
     assert strategy._timeout == timedelta(seconds=7)
     assert ShardStrategy(rng_types=None).options.rng_types is None
+
+
+@pytest.mark.parametrize("strategy", [ShardStrategy, ShardModelParallelStrategy, ShardFSDPStrategy])
+def test_every_strategy_holds_one_sharding_and_delegates_to_it(strategy: type[ShardingHooks]) -> None:
+    built = strategy(data_seed=3, audit=True)
+    assert isinstance(built._sharding, StrategySharding) and built._sharding._strategy is built
+    assert built.options is built._sharding.options and built.options.data_seed == 3
+    assert built.strategy_options.audit and built.audits == [] and built.shard_plan is None
+    with pytest.raises(RuntimeError, match=f"`{strategy.__name__}` is not connected to a trainer yet"):
+        assert built.estimated_scheduler_steps
+    # NOTE: `"shard_spawn"` pickles the strategy into the processes it starts.
+    copy = pickle.loads(pickle.dumps(built))
+    assert copy._sharding._strategy is copy and copy.options == built.options
+
+
+def test_the_adapter_modules_import_no_circle() -> None:
+    """Including imports under ``TYPE_CHECKING``: a module that needs its user gets what it needs passed in."""
+    folder = Path(lightning_shard.lightning.__file__).parent
+    imports: dict[str, set[str]] = {}
+    for path in folder.glob("*.py"):
+        names = {
+            node.module.rsplit(".", 1)[-1]
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom)
+            and (node.module or "").startswith("lightning_shard.lightning.")
+        }
+        imports[path.stem] = names
+
+    def reaches(start: str, seen: set[str]) -> set[str]:
+        for name in imports.get(start, set()) - seen:
+            seen.add(name)
+            reaches(name, seen)
+        return seen
+
+    assert [module for module in imports if module in reaches(module, set())] == []
 
 
 def test_bad_options_are_refused() -> None:

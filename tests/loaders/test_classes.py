@@ -22,8 +22,8 @@ from lightning_shard import (
     StatefulDataLoaderShard,
     prepare_data_loader,
     skip_first_batches,
-    stateful_loader_class,
 )
+from lightning_shard.loaders.variants import stateful_loader_class
 from tests.helpers.datasets import IdMap
 from tests.helpers.loader_cases import LoaderCase, indices
 

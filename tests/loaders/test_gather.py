@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from lightning_shard.comm.gather import gather_in_process_order, keep_rows, merge_parts, rows_of
+from lightning_shard.comm.gather import gather_in_process_order, keep_rows, merge_parts
 from tests.helpers.dist import run_distributed
 
 
@@ -77,7 +77,6 @@ def test_merging_and_cutting_without_a_group() -> None:
     ]
     assert merge_parts(["x", "y"]) == ["x", "y"]
     assert keep_rows({"a": [1, 2, 3], "b": torch.arange(3)}, slice(0, 2))["a"] == [1, 2]
-    assert rows_of({"a": [1, 2, 3], "b": torch.arange(3)}) == 3 and rows_of("x") is None
 
 
 def test_the_header_tells_what_must_agree() -> None:
