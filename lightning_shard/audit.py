@@ -132,7 +132,7 @@ class ShardAudit:
         Raises:
             ValueError: if the loader's dataset or batches have no length to audit against.
         """
-        info = loader._sharding()
+        info = loader.sharding
         length, batch_size = info.dataset_length, info.batch_size
         if length is None or batch_size is None:
             raise ValueError(

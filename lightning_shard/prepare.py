@@ -11,9 +11,8 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Itera
 from lightning_shard._checks import check_non_negative, check_split_batch_size
 from lightning_shard.comm.collectives import broadcast_object, is_distributed, world_size
 from lightning_shard.comm.topology import Topology, resolve_topology
+from lightning_shard.loaders.base import ResumableLoader
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
-from lightning_shard.loaders.position import Position
-from lightning_shard.loaders.resumable import ResumableLoaderMixin
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
 from lightning_shard.loaders.streams import PAD, SHORTEST, StreamEnds
@@ -122,7 +121,7 @@ def _check_loader(dataloader: Any) -> None:
             f"`dataloader` must be a `torch.utils.data.DataLoader`, got {type(dataloader).__name__}. "
             "Wrap your dataset first: `DataLoader(dataset, batch_size=...)`."
         )
-    if isinstance(dataloader, ResumableLoaderMixin):
+    if isinstance(dataloader, ResumableLoader):
         raise ValueError(
             f"`dataloader` is already prepared ({type(dataloader).__name__}); preparing it again would "
             "shard it twice. Pass the original `DataLoader`."
@@ -397,13 +396,13 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
         TypeError / ValueError: if ``dataloader`` is not a ``DataLoader`` or ``num_batches < 0``.
     """
     check_non_negative("num_batches", num_batches)
-    if isinstance(dataloader, ResumableLoaderMixin):
+    if isinstance(dataloader, (DataLoaderShard, DataLoaderDispatcher)):
         skipped = dataloader.fresh_copy()
-        skipped._pending = Position(dataloader.epoch, steps=num_batches)
+        skipped.resumption.skip(num_batches, dataloader.epoch)
         return skipped
     _check_loader(dataloader)
     loader = prepare_with_options(dataloader, ShardOptions(), Topology(1, 0))
-    loader._pending = Position(None, steps=num_batches)
+    loader.resumption.skip(num_batches)
     return loader
 
 

@@ -297,16 +297,17 @@ def _epoch_audit(loader: ShardLoader, steps_before: int, recorded: bool = False)
     resume are allowed to be missing, unless their record came with the checkpoint (``recorded``).
     """
     state = _state(loader, steps_before)
-    length, batch_size = state.dataset_length or 0, state.batch_size or 0
+    info = state.sharding
+    length, batch_size = info.dataset_length or 0, info.batch_size or 0
     before = min(state.consumed * batch_size, length)
     padding, missing = expected_padding_and_missing(
         length - before,
         batch_size,
-        state.num_processes,
-        split_batches=state.split_batches,
-        even_batches=state.even_batches,
-        drop_last=state.drop_last,
-        dispatch=state.mode == "dispatch",
+        info.num_processes,
+        split_batches=info.split_batches,
+        even_batches=info.even_batches,
+        drop_last=info.drop_last,
+        dispatch=info.mode == "dispatch",
     )
     allowed_missing = missing if recorded else before + missing
     return ShardAudit(length, allowed_padding=padding, allowed_missing=allowed_missing), before

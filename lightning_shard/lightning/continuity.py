@@ -10,7 +10,7 @@ from its own generator (docs/DESIGN.md, "Epoch purity").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -56,9 +56,7 @@ class TrainingLoaderRounds:
 def _continue_stream(earlier: ShardLoader, loader: ShardLoader) -> None:
     # NOTE: a loader whose checkpoint state waits for its next `iter()` goes on from that state, not from its
     # generator and seed as they are before it is applied.
-    # TODO(issue 18, helper B): the loaders' public pending position (and sampler / generator / seed
-    # accessors) replace `_pending`, `_sampler_seed`, `_user_sampler` and `_sampler_generator` here.
-    pending = earlier._pending
+    pending = earlier.pending_position
     saved = pending.generator_state if pending is not None else None
     source, target = _generator(earlier), _generator(loader)
     if target is not None and source is not target:
@@ -69,12 +67,11 @@ def _continue_stream(earlier: ShardLoader, loader: ShardLoader) -> None:
     # NOTE: a seedable sampler's order is (seed, epoch): its seed goes on too, as restored from a checkpoint
     # (the default seed is the process's `torch.initial_seed()`, another one in a resumed run).
     seed = pending.sampler_seed if pending is not None and pending.sampler_seed is not None else None
-    seed = seed if seed is not None else earlier._sampler_seed()
-    sampler = loader._user_sampler()
+    seed = seed if seed is not None else earlier.resumption.sampler_seed()
+    sampler = loader.resumption.source.sampler()
     if isinstance(sampler, SeedableRandomSampler) and seed is not None:
         sampler.initial_seed = seed
 
 
 def _generator(loader: ShardLoader) -> torch.Generator | None:
-    find: Callable[[], torch.Generator | None] = loader._sampler_generator
-    return find()
+    return loader.resumption.source.generator()

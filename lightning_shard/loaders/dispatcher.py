@@ -18,9 +18,10 @@ from lightning_shard.comm.collectives import communication_device, is_distribute
 from lightning_shard.comm.topology import Topology, resolve_topology
 from lightning_shard.comm.tree import batch_length, concatenate, same_layout, send_to_device, slice_batch
 from lightning_shard.comm.wire import Channel, Status
+from lightning_shard.loaders.base import LoaderSource, ResumableLoader
 from lightning_shard.loaders.cursor import EpochCursor
-from lightning_shard.loaders.position import ShardingInfo
-from lightning_shard.loaders.resumable import ResumableLoaderMixin
+from lightning_shard.loaders.position import Position, ShardingInfo
+from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.settings import check_stateful_class, loader_settings, sampler_kind
 from lightning_shard.loaders.state import decode_generator_state
 from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader
@@ -28,7 +29,7 @@ from lightning_shard.loaders.user_class import carry_user_attributes, init_data_
 _END = object()
 
 
-class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
+class DataLoaderDispatcher(ResumableLoader):
     """Iterates the user's loader on process 0 only and sends each process its part of each batch.
 
     Without ``split_batches``, ``N`` consecutive batches form a global batch; with it, each batch is
@@ -90,7 +91,7 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
         self._channels: dict[int, Channel] = {}
         self._resume_batches = 0
         self._skipped_head: list[Any] = []
-        self._init_position(skip_batches)
+        self.resumption = Resumption(_DispatchSource(self), skip_batches=skip_batches)
 
     @property
     def num_processes(self) -> int:
@@ -119,53 +120,15 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
             return 0, [(peer, peer) for peer in range(1, self.num_processes)]
         return indices[0], [(peer, index) for peer, index in enumerate(indices) if peer != 0]
 
-    # -- the pieces ResumableLoaderMixin needs -----------------------------------------------------
-    def _user_drop_last(self) -> bool:
-        cursor = self.cursor
-        return cursor.drop_last if cursor is not None else bool(self.drop_last)
-
-    def _user_batch_size(self) -> int | None:
-        cursor = self.cursor
-        return cursor.batch_size if cursor is not None else self.batch_size
-
-    def _sharding(self) -> ShardingInfo:
-        length = len(self.dataset) if hasattr(self.dataset, "__len__") else None  # type: ignore[arg-type]
-        return ShardingInfo(
-            mode="dispatch",
-            num_processes=self.num_processes,
-            split_batches=self.split_batches,
-            even_batches=True,
-            drop_last=self._user_drop_last(),
-            batch_size=self._user_batch_size(),
-            dataset_length=length,
-            step_size=1 if self.split_batches else self.num_processes,
-            sampler=sampler_kind(self._user_sampler(), self.dataset),
-        )
-
-    def _sampler_generator(self) -> torch.Generator | None:
-        """The sampler's generator, or an iterable dataset's (the reference's convention)."""
-        owner = self._user_sampler() if self.cursor is not None else self.dataset
-        generator = getattr(owner, "generator", None)
-        return generator if isinstance(generator, torch.Generator) else None
-
-    def _user_sampler(self) -> Any:
-        return getattr(self.cursor, "sampler", None)
-
-    def _seek(self, start: int, base: int) -> None:
-        skipped = start * self._sharding().step_size
+    def _seek(self, position: Position) -> None:
+        """Make this iteration start at this process's batch ``position.start`` after ``position.base``."""
+        skipped, base = position.start * self.sharding.step_size, position.base
         self._resume_batches = base + skipped
         cursor = self.cursor
         if cursor is not None:
             # NOTE: the steps already taken go in `start`, not `consumed`, so `len()` keeps counting the
             # whole epoch (from `base`), as DataLoaderShard's does; Lightning adds its restored count to it.
             cursor.rewind(skipped, base)
-
-    def _length_after(self, base: int) -> int:
-        cursor = self.cursor
-        whole = cursor.length_after(base) if cursor is not None else max(DataLoader.__len__(self) - base, 0)
-        if self.split_batches:
-            return whole
-        return whole // self.num_processes if self._user_drop_last() else -(-whole // self.num_processes)
 
     def fresh_copy(self) -> DataLoaderDispatcher:
         """A loader with every setting of this one and a position of its own (at the epoch's start).
@@ -195,7 +158,7 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
 
     # -- iteration --------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        self._begin_epoch()
+        self._seek(self.resumption.begin_epoch())
         if self._serves:
             return self._serve()
         return self._receive()
@@ -209,12 +172,13 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
         """Process 0: build global batches, send each peer its slice, yield our own."""
         last = False
         own, peers = self._slice_of()
+        position = self.resumption.position
         try:
             for batch, last in self._global_slices():
                 for peer, index in peers:
                     self._channel(peer).send_batch(batch[index], last)
-                self._progress.steps += 1
-                self._progress.end = last
+                position.steps += 1
+                position.end = last
                 yield send_to_device(batch[own], self.device, self.non_blocking)
             if not last:
                 for peer, _ in peers:
@@ -228,23 +192,23 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
             # iteration is abandoned (Lightning stops after `len(loader)` batches) and this is closed.
             for channel in self._channels.values():
                 channel.flush()
-        self._finish_epoch()
+        self.resumption.finish_epoch()
 
     def _receive(self) -> Iterator[Any]:
         """Other processes: receive slices from process 0 until it says the epoch is over."""
-        channel = self._channel(0)
+        channel, position = self._channel(0), self.resumption.position
         while True:
             status, batch = channel.receive()
             if status is Status.ERROR:
                 raise RuntimeError(f"Process 0 failed while loading the batch to dispatch: {batch}")
             if status is Status.STOP:
                 break
-            self._progress.steps += 1
-            self._progress.end = status is Status.LAST
+            position.steps += 1
+            position.end = status is Status.LAST
             yield send_to_device(batch, self.device, self.non_blocking)
             if status is Status.LAST:
                 break
-        self._finish_epoch()
+        self.resumption.finish_epoch()
 
     def _global_slices(self) -> Iterator[tuple[list[Any], bool]]:
         """Each global batch cut into ``N`` slices, and whether it is the epoch's last."""
@@ -270,7 +234,7 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
         self._skipped_head = skipped[:group]
         while True:
             batches = list(itertools.islice(source, group))
-            if not batches or (len(batches) < group and self._user_drop_last()):
+            if not batches or (len(batches) < group and _user_drop_last(self)):
                 return
             yield batches
 
@@ -284,7 +248,7 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
 
     def _needs_padding(self, batches: list[Any]) -> bool:
         rows = sum(batch_length(batch) for batch in batches)
-        return not self._user_drop_last() and rows % self.num_processes != 0
+        return not _user_drop_last(self) and rows % self.num_processes != 0
 
     def _resumed_head(self, first: list[Any]) -> Any:
         """On a resumed epoch, the head of the epoch: its skipped batches, then ``first`` if too few rows."""
@@ -297,7 +261,7 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
         """The epoch's skipped batches holding its first ``N`` rows, read by index; the order is kept."""
         cursor = self.cursor
         assert cursor is not None  # NOTE: only called for map-style data, which always has one.
-        generator, at_start = self._sampler_generator(), self._epoch_generator_state
+        generator, at_start = self.resumption.source.generator(), self.resumption.position.generator_state
         now = generator.get_state() if generator is not None else None
         if generator is not None and at_start is not None:
             generator.set_state(decode_generator_state(at_start))
@@ -351,6 +315,46 @@ class DataLoaderDispatcher(ResumableLoaderMixin, DataLoader):
 
 class StatefulDataLoaderDispatcher(DataLoaderDispatcher, StatefulDataLoader):
     """``DataLoaderDispatcher`` backed by torchdata's ``StatefulDataLoader``; its state is the shard state."""
+
+
+class _DispatchSource(LoaderSource):
+    """Where a ``DataLoaderDispatcher``'s batches come from: the ``IndexSource`` of its ``Resumption``."""
+
+    loader: DataLoaderDispatcher
+
+    def sharding(self) -> ShardingInfo:
+        loader, cursor, dataset = self.loader, self.loader.cursor, self.loader.dataset
+        return ShardingInfo(
+            mode="dispatch",
+            num_processes=loader.num_processes,
+            split_batches=loader.split_batches,
+            even_batches=True,
+            drop_last=_user_drop_last(loader),
+            batch_size=cursor.batch_size if cursor is not None else loader.batch_size,
+            dataset_length=len(dataset) if hasattr(dataset, "__len__") else None,  # type: ignore[arg-type]
+            sampler=sampler_kind(self.sampler(), dataset),
+        )
+
+    def generator(self) -> torch.Generator | None:
+        """The sampler's generator, or an iterable dataset's (the reference's convention)."""
+        owner = self.sampler() if self.loader.cursor is not None else self.loader.dataset
+        generator = getattr(owner, "generator", None)
+        return generator if isinstance(generator, torch.Generator) else None
+
+    def sampler(self) -> Any:
+        return getattr(self.loader.cursor, "sampler", None)
+
+    def length_after(self, base: int) -> int:
+        loader, cursor = self.loader, self.loader.cursor
+        whole = cursor.length_after(base) if cursor is not None else max(DataLoader.__len__(loader) - base, 0)
+        if loader.split_batches:
+            return whole
+        return whole // loader.num_processes if _user_drop_last(loader) else -(-whole // loader.num_processes)
+
+
+def _user_drop_last(loader: DataLoaderDispatcher) -> bool:
+    cursor = loader.cursor
+    return cursor.drop_last if cursor is not None else bool(loader.drop_last)
 
 
 def _joined(batches: list[Any]) -> Any:

@@ -1,35 +1,51 @@
 """Where a loader stands in its epoch, what it shards, and what a training loop tells it it consumed.
 
-Plain data shared by the loaders (``loaders/resumable.py``) and the code that drives them.
+Plain data shared by the loaders (``loaders/resumable.py``), their saved state (``loaders/state.py``)
+and the code that drives them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from lightning_shard.loaders.state import LoaderState
-from lightning_shard.sampling.balance import EvenBatches
+from lightning_shard.loaders.settings import STREAM_KINDS
+from lightning_shard.sampling.balance import EvenBatches, is_balanced
+
+if TYPE_CHECKING:
+    from lightning_shard.loaders.state import LoaderState
+
+Mode = Literal["shard", "dispatch"]
+"""How a loader shards: each process loads its own batches, or process 0 loads and sends slices."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Position:
-    """Where an epoch stands, or will stand once a restore recorded by ``load_state_dict`` is applied.
+    """Where an epoch stands: the loader's live position, or a restore applied at the next ``iter()``.
 
     ``steps`` counts the steps taken in the epoch; the first ``base_steps`` of them were taken under
     another sharding, which consumed ``base`` (batches of the user's loader, or elements of an iterable
     dataset). This process continues at its batch ``start`` of the current sharding of what is left.
+
+    NOTE: slotted: the loader updates ``steps`` and ``end`` at every batch, and an attribute set on a
+    ``DataLoader`` itself goes through its slow Python-level ``__setattr__``.
     """
 
-    epoch: int | None
+    epoch: int | None = 0
+    """The epoch; ``None`` in a restore that applies to whatever epoch the loader is at then."""
     steps: int = 0
     base: int = 0
     base_steps: int = 0
     generator_state: str | None = None
+    """The sampler's generator state at the start of the epoch (base64), if any."""
     sampler_seed: int | None = None
     workers: int | None = None
     """The ``DataLoader`` workers this epoch is read with when not the loader's own: a stream's epoch
     resumed under another ``num_workers`` finishes under the count it started with."""
+    in_epoch: bool = False
+    """Whether an epoch is being iterated (``steps`` and the rest describe it)."""
+    end: bool = False
+    """Whether the batch just yielded is the last of the epoch."""
 
     @property
     def start(self) -> int:
@@ -41,17 +57,43 @@ class Position:
 class ShardingInfo:
     """The sharding a loader applies, as recorded in and checked against saved state."""
 
-    mode: str
+    mode: Mode
     num_processes: int
     split_batches: bool
     even_batches: EvenBatches
     drop_last: bool
     batch_size: int | None
     dataset_length: int | None
-    step_size: int
-    """Units of ``base`` consumed per step by all processes together."""
-    sampler: str
-    """The kind of index source: the index sampler's class name, or ``"iterable"``."""
+    sampler: str | None
+    """The kind of index source: the index sampler's class name, ``"iterable"`` (a strided stream),
+    ``"native-stream"`` or ``"self-split-stream"`` (``None`` in a state saved by 0.1)."""
+
+    @property
+    def step_size(self) -> int:
+        """Units of ``base`` consumed per step by all processes together (batches, or a stream's elements)."""
+        batches = 1 if self.split_batches else self.num_processes
+        streamed = self.mode == "shard" and self.sampler in STREAM_KINDS
+        return batches * (self.batch_size or 1) if streamed else batches
+
+    @property
+    def total_batch_size(self) -> int:
+        """Samples per step across all processes (``B * N``, or ``B`` with ``split_batches``; 0 unknown)."""
+        batch_size = self.batch_size or 0
+        return batch_size if self.split_batches else batch_size * self.num_processes
+
+    def remainder(self) -> int:
+        """Real samples of the last (padded) global batch, or -1 when no batch is padded or it is unknown."""
+        if self.drop_last or self.dataset_length is None or not self.total_batch_size:
+            return -1
+        if self.mode == "shard" and is_balanced(self.even_batches, self.dataset_length, self.num_processes):
+            return -1
+        return self.dataset_length % self.total_batch_size
+
+    def pads(self, remainder: int) -> bool:
+        """Whether an epoch whose last global batch has ``remainder`` samples repeats some to fill it."""
+        if remainder <= 0 or self.num_processes == 1 or not self.even_batches:
+            return False
+        return self.mode == "shard" or remainder % self.num_processes != 0
 
 
 @dataclass(frozen=True)
@@ -83,17 +125,3 @@ class ResumeHook(Protocol):
     def resharded(self, saved: LoaderState) -> None:
         """Called after ``load_state_dict`` loaded ``saved``, written by another number of processes."""
         ...
-
-
-class Progress:
-    """Batches yielded in this epoch and whether the last one was, updated at every batch.
-
-    NOTE: a plain slotted object, because every attribute set on a ``DataLoader`` goes through its
-    Python-level ``__setattr__`` (about 0.6 us, twice per batch otherwise).
-    """
-
-    __slots__ = ("steps", "end")
-
-    def __init__(self) -> None:
-        self.steps = 0
-        self.end = False

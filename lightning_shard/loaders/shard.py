@@ -19,16 +19,16 @@ from lightning_shard.comm.collectives import is_distributed
 from lightning_shard.comm.rng import normalize_rng_types, synchronize_rng_states
 from lightning_shard.comm.topology import Topology
 from lightning_shard.comm.tree import batch_length, send_to_device
+from lightning_shard.loaders.base import LoaderSource, ResumableLoader
 from lightning_shard.loaders.cursor import EpochCursor
-from lightning_shard.loaders.position import ShardingInfo
-from lightning_shard.loaders.resumable import ResumableLoaderMixin
+from lightning_shard.loaders.position import Position, ShardingInfo
+from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.settings import (
     STRIDED_STREAM,
     check_stateful_class,
     loader_settings,
     sampler_kind,
 )
-from lightning_shard.loaders.state import LoaderState
 from lightning_shard.loaders.stream_replay import replayed_batches
 from lightning_shard.loaders.streams import (
     PAD,
@@ -36,7 +36,6 @@ from lightning_shard.loaders.streams import (
     SHORTEST,
     StreamEnds,
     StreamRun,
-    check_stream_state,
     native_sharding,
 )
 from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader
@@ -45,7 +44,7 @@ from lightning_shard.sampling.native_stream import NativeStreamShard
 from lightning_shard.sampling.samplers import SampleShard
 
 
-class DataLoaderShard(ResumableLoaderMixin, DataLoader):
+class DataLoaderShard(ResumableLoader):
     """Yields this process's batches, optionally on ``device``, and can resume anywhere in an epoch.
 
     Build it with a ``BatchSamplerShard`` (map-style) or an ``IterableDatasetShard`` (iterable) as
@@ -103,54 +102,13 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         self._discard = 0
         self._replay: Callable[[], Iterator[Any]] | None = None
         """The rest of an epoch replayed in its order (``loaders/stream_replay.py``), else ``None``."""
-        self._init_position(skip_batches)
-
-    # -- the pieces ResumableLoaderMixin needs -----------------------------------------------------
-    @property
-    def _shard(self) -> Any:
-        cursor = self.cursor
-        return cursor.batch_sampler if cursor is not None else self.dataset
-
-    def _sharding(self) -> ShardingInfo:
-        shard = self._shard
-        num_processes = getattr(shard, "num_processes", 1)
-        split = bool(getattr(shard, "split_batches", False))
-        if isinstance(shard, NativeStreamShard):
-            return native_sharding(shard, self.stream, bool(self.drop_last))
-        if isinstance(shard, IterableDatasetShard):
-            return ShardingInfo(
-                mode="shard",
-                num_processes=num_processes,
-                split_batches=split,
-                even_batches=self.stream is None or not self.stream.uneven,
-                drop_last=shard.drop_last,
-                batch_size=shard.batch_size,
-                dataset_length=_length(shard.dataset),
-                step_size=shard.global_batch_size,
-                sampler=STRIDED_STREAM,
-            )
-        return ShardingInfo(
-            mode="shard",
-            num_processes=num_processes,
-            split_batches=split,
-            even_batches=getattr(shard, "even_batches", True),
-            drop_last=bool(getattr(shard, "drop_last", False)),
-            batch_size=getattr(shard, "batch_size", None),
-            dataset_length=_length(self.dataset),
-            step_size=1 if split else num_processes,
-            sampler=sampler_kind(self._user_sampler(), self.dataset),
+        self.resumption = Resumption(
+            _ShardSource(self), skip_batches=skip_batches, stream=self.stream, dataset=_user_dataset(dataset)
         )
 
-    def _sampler_generator(self) -> torch.Generator | None:
-        if self.synchronized_generator is not None:
-            return self.synchronized_generator
-        return getattr(getattr(self._shard, "sampler", None), "generator", None)
-
-    def _user_sampler(self) -> Any:
-        return getattr(self._shard, "sampler", None)
-
-    def _seek(self, start: int, base: int) -> None:
-        cursor = self.cursor
+    def _seek(self, position: Position) -> None:
+        """Make this iteration start at this process's batch ``position.start`` after ``position.base``."""
+        cursor, start, base = self.cursor, position.start, position.base
         self._discard = 0
         self._replay = None
         if self.stream is not None:
@@ -158,21 +116,22 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         if cursor is not None:
             cursor.rewind(start, base)
         elif isinstance(self.dataset, NativeStreamShard):
-            return  # NOTE: its `StreamRun` skips; `check_stream_state` refused a `base` (another process count).
+            return  # NOTE: its `StreamRun` skips; `check_resumable` refused a `base` (another process count).
         elif isinstance(self.dataset, IterableDatasetShard):
-            self._seek_stream(self.dataset, start, base)
+            self._seek_stream(self.dataset, position)
         elif start or base:
             raise ValueError(
                 "This loader's dataset is iterable but not an `IterableDatasetShard`, so it cannot skip "
                 f"{start + base} batches. Build the loader with `prepare_data_loader`."
             )
 
-    def _seek_stream(self, shard: IterableDatasetShard, start: int, base: int) -> None:
-        workers = self._reading_workers
+    def _seek_stream(self, shard: IterableDatasetShard, position: Position) -> None:
+        start, base = position.start, position.base
+        workers = self.num_workers if position.workers is None else position.workers
         if base and workers > 0:
             # NOTE: another number of processes read part of this epoch with workers: replay the epoch's
             # order (`loaders/stream_replay.py`); skipping inside each worker would skip the wrong elements.
-            steps, loader = self._base_steps, self
+            steps, loader = position.base_steps, self
             self._replay = lambda: replayed_batches(
                 shard, consumed=base, steps=steps, workers=workers, start=start, loader=loader
             )
@@ -187,20 +146,6 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
         if self._replay is not None:
             return self._replay()
         return super()._user_batches()
-
-    def _length_after(self, base: int) -> int:
-        cursor, dataset = self.cursor, self.dataset
-        if cursor is not None:
-            return cursor.length_after(base)
-        if not isinstance(dataset, IterableDatasetShard):
-            return DataLoader.__len__(self)
-        # NOTE: all stop at the shortest: the last process has the fewest elements of the last global batch.
-        shortest = self.stream is not None and self.stream.stream_ends == SHORTEST
-        elements = dataset.length_after(base, dataset.num_processes - 1 if shortest else None)
-        if self.batch_size is None:
-            return elements
-        rounded = math.floor if self.drop_last else math.ceil
-        return int(rounded(elements / self.batch_size))
 
     def fresh_copy(self) -> DataLoaderShard:
         """A loader with every setting of this one and a position of its own (at the epoch's start).
@@ -241,7 +186,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
     # -- iteration --------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         synchronize_rng_states(self.rng_types, self.synchronized_generator)
-        self._begin_epoch()
+        self._seek(self.resumption.begin_epoch())
         loaded = self._user_batches()
         batches = itertools.islice(loaded, self._discard, None) if self._discard else loaded
         if self.stream is not None:
@@ -251,28 +196,18 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
     def _stream_epoch(self, stream: StreamRun, batches: Iterator[Any]) -> Iterator[Any]:
         """``_look_ahead`` for a stream: ``StreamRun`` agrees with the other processes on when all stop."""
         rows = batch_length if self.batch_size is not None else _one
-        device, non_blocking = self.device, self.non_blocking
+        device, non_blocking, position = self.device, self.non_blocking, self.resumption.position
         move = None if device is None else lambda batch: send_to_device(batch, device, non_blocking)
-        yield from stream.batches(batches, self._user_batches, rows, self._epoch, self._progress, move)
-        self._progress.end = True
-        self._finish_epoch()
-
-    # -- per-process stream positions (docs/DESIGN.md, "Streaming data") ------------------------------
-    def _stream_entries(self, steps: int) -> list[dict[str, Any]] | None:
-        return None if self.stream is None else self.stream.entries(steps)
-
-    def _restore_streams(self, saved: LoaderState, info: ShardingInfo) -> None:
-        check_stream_state(saved, info.sampler, info.num_processes, _user_dataset(self.dataset))
-        if self.stream is not None:
-            ends = [entry["ended_at"] for entry in saved.streams or []]
-            self.stream.restore(ends if len(ends) == info.num_processes else None)
+        yield from stream.batches(batches, self._user_batches, rows, self.epoch, position, move)
+        position.end = True
+        self.resumption.finish_epoch()
 
     def _look_ahead(self, batches: Iterator[Any]) -> Iterator[Any]:
         """Yield batches one behind the DataLoader, so the last one is known to be the last.
 
         NOTE: no collective: map-style data ends where arithmetic says, on every process alike.
         """
-        device, non_blocking, progress = self.device, self.non_blocking, self._progress
+        device, non_blocking, progress = self.device, self.non_blocking, self.resumption.position
         current = next(batches, _END)
         while current is not _END:
             if device is not None:
@@ -282,7 +217,7 @@ class DataLoaderShard(ResumableLoaderMixin, DataLoader):
             progress.steps += 1
             yield current
             current = following
-        self._finish_epoch()
+        self.resumption.finish_epoch()
 
 
 class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
@@ -292,6 +227,67 @@ class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
     NOTE: torchdata's own ``StatefulDataLoader.state_dict(loader)`` is not a resume point of this loader:
     it counts the batch this loader has read ahead (to know the epoch's last batch), so it is not offered.
     """
+
+
+class _ShardSource(LoaderSource):
+    """Where a ``DataLoaderShard``'s batches come from: the ``IndexSource`` of its ``Resumption``."""
+
+    loader: DataLoaderShard
+
+    @property
+    def _shard(self) -> Any:
+        cursor = self.loader.cursor
+        return cursor.batch_sampler if cursor is not None else self.loader.dataset
+
+    def sharding(self) -> ShardingInfo:
+        shard, loader = self._shard, self.loader
+        num_processes = getattr(shard, "num_processes", 1)
+        split = bool(getattr(shard, "split_batches", False))
+        if isinstance(shard, NativeStreamShard):
+            return native_sharding(shard, loader.stream, bool(loader.drop_last))
+        if isinstance(shard, IterableDatasetShard):
+            return ShardingInfo(
+                mode="shard",
+                num_processes=num_processes,
+                split_batches=split,
+                even_batches=loader.stream is None or not loader.stream.uneven,
+                drop_last=shard.drop_last,
+                batch_size=shard.batch_size,
+                dataset_length=_length(shard.dataset),
+                sampler=STRIDED_STREAM,
+            )
+        return ShardingInfo(
+            mode="shard",
+            num_processes=num_processes,
+            split_batches=split,
+            even_batches=getattr(shard, "even_batches", True),
+            drop_last=bool(getattr(shard, "drop_last", False)),
+            batch_size=getattr(shard, "batch_size", None),
+            dataset_length=_length(loader.dataset),
+            sampler=sampler_kind(self.sampler(), loader.dataset),
+        )
+
+    def generator(self) -> torch.Generator | None:
+        if self.loader.synchronized_generator is not None:
+            return self.loader.synchronized_generator
+        return getattr(self.sampler(), "generator", None)
+
+    def sampler(self) -> Any:
+        return getattr(self._shard, "sampler", None)
+
+    def length_after(self, base: int) -> int:
+        loader, dataset = self.loader, self.loader.dataset
+        if loader.cursor is not None:
+            return loader.cursor.length_after(base)
+        if not isinstance(dataset, IterableDatasetShard):
+            return DataLoader.__len__(loader)
+        # NOTE: all stop at the shortest: the last process has the fewest elements of the last global batch.
+        shortest = loader.stream is not None and loader.stream.stream_ends == SHORTEST
+        elements = dataset.length_after(base, dataset.num_processes - 1 if shortest else None)
+        if loader.batch_size is None:
+            return elements
+        rounded = math.floor if loader.drop_last else math.ceil
+        return int(rounded(elements / loader.batch_size))
 
 
 _END = object()

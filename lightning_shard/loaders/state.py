@@ -9,73 +9,66 @@ handled or refused by name.
 from __future__ import annotations
 
 import base64
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, get_args
 
 import torch
 
-from lightning_shard.sampling.balance import EvenBatches
+from lightning_shard.loaders.position import Mode, Position, ShardingInfo
+from lightning_shard.loaders.settings import NATIVE_STREAM_KINDS, STRIDED_STREAM
+from lightning_shard.sampling.litdata_stream import LITDATA_REASON, is_litdata
 
 STATE_FORMAT = "lightning_shard.loader"
 STATE_VERSION = 2
 READABLE_VERSIONS = (1, 2)
-"""Version 1 (lightning_shard 0.1) lacks the optional fields below; they then take their defaults."""
+"""Version 1 (lightning_shard 0.1) lacks the optional keys (``_OPTIONAL``); they then take their defaults."""
+
+_POSITION_KEYS = ("epoch", "steps", "base", "base_steps", "generator_state", "sampler_seed")
+_KEYS = (
+    "mode epoch steps base consumed num_processes split_batches even_batches drop_last batch_size dataset_length "
+    "generator_state sampler_seed base_steps world_size num_workers sampler streams"
+).split()
+"""The saved keys, in the order they are written (after ``format`` and ``version``)."""
+_OPTIONAL = dict.fromkeys(("generator_state", "sampler_seed", "world_size", "sampler", "streams"))
+_OPTIONAL.update(base_steps=0, num_workers=0)
 
 
 @dataclass(frozen=True)
 class LoaderState:
-    """Where a loader stands in its epoch.
+    """Where a loader stands in its epoch, and the sharding it stands in, as saved: flat (``to_dict``), the
+    fields of ``sharding``, of ``position`` (its ``workers`` as ``num_workers``) and the ones below.
 
     Attributes:
-        mode: ``"shard"`` or ``"dispatch"``.
-        epoch: the epoch being iterated.
-        steps: steps taken in this epoch, each process one batch per step (``base_steps`` of them
-            under an earlier sharding of the epoch).
-        base: batches of the user's loader (samples, for an iterable dataset) consumed before this
-            run's sharding of the epoch began; non-zero only after an elastic restore.
+        sharding: the sharding options and the kind of index source.
+        position: the epoch, its steps, ``base`` / ``base_steps``, the generator state and seed, the workers.
         consumed: ``base`` plus what the processes consumed together since: ``(steps - base_steps) * N``
             batches without ``split_batches``, ``steps - base_steps`` with it (times the global batch size
             for samples).
-        num_processes, split_batches, even_batches, drop_last, batch_size: the sharding options.
-        dataset_length: ``len(dataset)``, or ``None`` when it has none.
-        generator_state: the sampler's generator state at the start of the epoch (base64), if any.
-        sampler_seed: the seed of a ``SeedableRandomSampler`` (whose order ignores the generator's
-            state), if the loader has one.
-        base_steps: steps of this epoch taken before ``base`` was consumed, under another number of
-            processes; they keep counting, so a step counter saved beside this state stays right.
         world_size: processes in the job (more than ``num_processes`` when tensor-parallel peers share
             batches); ``None`` without a process group.
-        num_workers: the loader's ``DataLoader`` workers.
-        sampler: the kind of index source: the index sampler's class name, ``"iterable"`` (a strided
-            stream), ``"native-stream"`` or ``"self-split-stream"``.
         streams: for a stream each process reads its own share of, one entry per process (rank
             order): ``{"ended_at": step}``, the step at which that process's share ended in this epoch
             (``None``: not yet); it tells where each process is, padding included (docs/DESIGN.md,
             "Streaming data").
     """
 
-    mode: str
-    epoch: int
-    steps: int
-    base: int
+    sharding: ShardingInfo
+    position: Position
     consumed: int
-    num_processes: int
-    split_batches: bool
-    even_batches: EvenBatches
-    drop_last: bool
-    batch_size: int | None
-    dataset_length: int | None
-    generator_state: str | None = None
-    sampler_seed: int | None = None
-    base_steps: int = 0
     world_size: int | None = None
-    num_workers: int = 0
-    sampler: str | None = None
     streams: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The state as plain data, with its format and version."""
-        return {"format": STATE_FORMAT, "version": STATE_VERSION, **asdict(self)}
+        flat = {
+            **asdict(self.sharding),
+            **{name: getattr(self.position, name) for name in _POSITION_KEYS},
+            "consumed": self.consumed,
+            "world_size": self.world_size,
+            "num_workers": self.position.workers,
+            "streams": self.streams,
+        }
+        return {"format": STATE_FORMAT, "version": STATE_VERSION, **{key: flat[key] for key in _KEYS}}
 
     @classmethod
     def from_dict(cls, state: Any) -> LoaderState:
@@ -96,16 +89,82 @@ class LoaderState:
                 f"{list(READABLE_VERSIONS)}. Load it with the lightning_shard release that wrote it, or start "
                 "the epoch afresh."
             )
-        names = [field.name for field in fields(cls)]
-        missing = [name for name in names if name not in state and name not in _OPTIONAL]
+        missing = [name for name in _KEYS if name not in state and name not in _OPTIONAL]
         if missing:
             raise ValueError(
                 f"`state_dict` is missing the keys {missing}; it is truncated or was edited. "
                 "Pass the complete dict returned by the loader's `state_dict()`."
             )
-        values: dict[str, Any] = {name: state[name] for name in names if name in state}
+        values: dict[str, Any] = {name: state.get(name, _OPTIONAL.get(name)) for name in _KEYS}
         _check_values(values)
-        return cls(**values)
+        position = Position(**{name: values[name] for name in _POSITION_KEYS}, workers=values["num_workers"])
+        sharding = ShardingInfo(**{name: values[name] for name in ShardingInfo.__dataclass_fields__})
+        return cls(sharding, position, values["consumed"], values["world_size"], values["streams"])
+
+
+def check_resumable(state: Any, here: ShardingInfo, dataset: Any = None) -> LoaderState:
+    """Parse ``state`` and refuse it if a loader sharding as ``here`` cannot continue it exactly.
+
+    ``dataset`` (the user's) only names the reason a stream's shares do not carry over.
+
+    Raises:
+        ValueError: on a malformed state or another version (``LoaderState.from_dict``), or a state
+            saved with other settings, or saved mid-epoch in a way this loader cannot continue.
+    """
+    saved = LoaderState.from_dict(state)  # NOTE: refuses another format or version, then each bad value.
+    there, at = saved.sharding, saved.position
+    mid_epoch, resharded = at.steps > 0, there.num_processes != here.num_processes
+    native = there.sampler in NATIVE_STREAM_KINDS or here.sampler in NATIVE_STREAM_KINDS
+    for name in ("mode", "dataset_length", "batch_size", "split_batches", "drop_last"):
+        _refuse_other_setting(name, getattr(there, name), getattr(here, name))
+    if mid_epoch and not native and there.sampler is not None:
+        _refuse_other_setting("sampler", there.sampler, here.sampler)
+    if mid_epoch and native and there.sampler != here.sampler:
+        raise ValueError(_OTHER_STREAM_SHARDING.format(saved=there.sampler, here=here.sampler))
+    if mid_epoch and native and resharded:
+        raise ValueError(_other_shares(there.num_processes, here.num_processes, dataset))
+    if resharded and there.sampler == STRIDED_STREAM and at.base and at.workers:
+        raise ValueError(_SECOND_REPLAY.format(epoch=at.epoch, workers=at.workers, n=there.num_processes))
+    return saved
+
+
+def _refuse_other_setting(name: str, there: Any, here: Any) -> None:
+    if there != here:
+        raise ValueError(
+            f"`state_dict` was saved with `{name}={there!r}`, but this loader has `{name}={here!r}`. "
+            f"Load it into a loader built the same way (same dataset, batch size, sampler and flags), "
+            "or start the epoch afresh."
+        )
+
+
+_OTHER_STREAM_SHARDING = (
+    "`state_dict` was saved mid-epoch from a stream sharded as {saved!r}, but this loader shards it "
+    "as {here!r} (`iterable_sharding` or the dataset changed). Build the loader as it was, or load a "
+    "state saved between epochs."
+)
+
+# NOTE: the first change of process count replays the epoch's order as its workers read it
+# (`loaders/stream_replay.py`); the state of the replayed epoch records where that replay stands, not how a
+# second one would continue.
+_SECOND_REPLAY = (
+    "`state_dict` was saved in epoch {epoch} of a stream read by {workers} DataLoader workers, after that "
+    "epoch had already moved to another number of processes; it moves once per epoch. Resume on {n} "
+    "processes (as saved) to finish epoch {epoch}, or resume from a checkpoint written before the first "
+    "move or after the epoch."
+)
+
+
+def _other_shares(saved: int, now: int, dataset: Any) -> str:
+    reason = (
+        LITDATA_REASON.format(saved=saved, now=now)
+        if is_litdata(dataset)
+        else "the shares (whole shards per process) and each process's position in its share do not carry over"
+    )
+    return (
+        f"`state_dict` was saved mid-epoch by {saved} processes, each reading its own share of the stream, "
+        f"but this run has {now}: {reason}. Resume this epoch on {saved} processes, or load a state saved "
+        "between epochs (it loads on any number)."
+    )
 
 
 _COUNTS = ("epoch", "steps", "base", "consumed", "base_steps", "num_workers")
@@ -144,23 +203,12 @@ def _valid(name: str, value: Any) -> bool:
     if name in _FLAGS:
         return isinstance(value, bool)
     if name == "mode":
-        return value in ("shard", "dispatch")
+        return value in get_args(Mode)
     if name == "sampler_seed":
         return value is None or is_int
     if name == "streams":
         return value is None or (isinstance(value, list) and all(_valid_stream(entry) for entry in value))
     return value is None or isinstance(value, str)
-
-
-_OPTIONAL = (
-    "generator_state",
-    "sampler_seed",
-    "base_steps",
-    "world_size",
-    "num_workers",
-    "sampler",
-    "streams",
-)
 
 
 def _valid_stream(entry: Any) -> bool:

@@ -27,12 +27,8 @@ import torch
 import torch.distributed as dist
 
 from lightning_shard.comm.collectives import all_gather_objects, communication_device, is_distributed
-from lightning_shard.loaders.position import Progress
-from lightning_shard.loaders.resumable import ShardingInfo
-from lightning_shard.loaders.settings import NATIVE_STREAM_KINDS
-from lightning_shard.loaders.state import LoaderState
+from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
-from lightning_shard.sampling.litdata_stream import LITDATA_REASON, is_litdata
 from lightning_shard.sampling.native_stream import NATIVE, NativeStreamShard
 
 StreamEnds: TypeAlias = Literal["pad", "shortest", "own", "same"]
@@ -156,7 +152,7 @@ class StreamRun:
         restart: Callable[[], Iterator[Any]],
         rows: Callable[[Any], int],
         epoch: int,
-        progress: Progress,
+        progress: Position,
         move: Callable[[Any], Any] | None,
     ) -> Iterator[Any]:
         """This process's batches of one epoch (``restart``: a pass from its start), ending on every process
@@ -393,8 +389,6 @@ def describe_stream(loader: Any) -> str | None:
 
 def native_sharding(shard: NativeStreamShard, stream: StreamRun | None, drop_last: bool) -> ShardingInfo:
     """The ``ShardingInfo`` of a loader over a native (or self-split) share."""
-    batch_size = shard.batch_size
-    global_batch = (batch_size or 1) * (1 if shard.split_batches else shard.num_processes)
     # NOTE: a dataset that splits itself reports its own share's length (LitData), which differs by rank,
     # and the state must be the same on every process.
     length = getattr(shard.dataset, "__len__", None) if shard.kind == NATIVE else None
@@ -404,38 +398,7 @@ def native_sharding(shard: NativeStreamShard, stream: StreamRun | None, drop_las
         split_batches=shard.split_batches,
         even_batches=stream is None or stream.stream_ends == PAD,
         drop_last=drop_last,
-        batch_size=batch_size,
+        batch_size=shard.batch_size,
         dataset_length=int(length()) if callable(length) else None,
-        step_size=global_batch,
         sampler=shard.kind,
     )
-
-
-def check_stream_state(saved: LoaderState, sampler: str, num_processes: int, dataset: Any = None) -> None:
-    """Refuse a mid-epoch stream state that this loader cannot continue exactly (``dataset``: the user's).
-
-    Raises:
-        ValueError: the state was saved mid-epoch under another stream sharding or process count.
-    """
-    native = NATIVE_STREAM_KINDS
-    if saved.steps == 0 or (saved.sampler not in native and sampler not in native):
-        return
-    if saved.sampler != sampler:
-        raise ValueError(
-            f"`state_dict` was saved mid-epoch from a stream sharded as {saved.sampler!r}, but this loader shards it "
-            f"as {sampler!r} (`iterable_sharding` or the dataset changed). Build the loader as it was, or load a "
-            "state saved between epochs."
-        )
-    if saved.num_processes != num_processes:
-        raise ValueError(
-            f"`state_dict` was saved mid-epoch by {saved.num_processes} processes, each reading its own share of "
-            f"the stream, but this run has {num_processes}: {_why_shares_differ(dataset, saved.num_processes, num_processes)}. "
-            f"Resume this epoch on {saved.num_processes} "
-            "processes, or load a state saved between epochs (it loads on any number)."
-        )
-
-
-def _why_shares_differ(dataset: Any, saved: int, now: int) -> str:
-    if is_litdata(dataset):
-        return LITDATA_REASON.format(saved=saved, now=now)
-    return "the shares (whole shards per process) and each process's position in its share do not carry over"

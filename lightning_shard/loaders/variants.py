@@ -10,8 +10,8 @@ import functools
 
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from lightning_shard.loaders.base import ResumableLoader
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher, StatefulDataLoaderDispatcher
-from lightning_shard.loaders.resumable import ResumableLoaderMixin
 from lightning_shard.loaders.shard import DataLoaderShard, StatefulDataLoaderShard
 
 _BUILT_IN: dict[type, type] = {
@@ -29,7 +29,7 @@ def stateful_loader_class(cls: type) -> type:
     Raises:
         TypeError: if ``cls`` is not a ``DataLoaderShard`` or ``DataLoaderDispatcher`` (sub)class.
     """
-    if not (isinstance(cls, type) and issubclass(cls, ResumableLoaderMixin)):
+    if not (isinstance(cls, type) and issubclass(cls, ResumableLoader)):
         raise TypeError(
             f"`stateful_loader_class` takes `DataLoaderShard`, `DataLoaderDispatcher` or a subclass, got "
             f"{cls!r}. Pass the loader class itself, e.g. `stateful_loader_class(MyShard)`."

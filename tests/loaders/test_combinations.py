@@ -130,6 +130,23 @@ def test_an_epoch_left_early_is_followed_by_the_next_one() -> None:
     assert left.state_dict()["epoch"] == 5 and left.state_dict()["steps"] == 0, "an explicit epoch wins"
 
 
+def test_a_pending_restore_keeps_its_seed_even_when_it_is_zero() -> None:
+    """``state_dict()`` before the restored epoch begins reports the saved sampler seed, 0 included."""
+
+    def build(seed: int) -> Any:
+        data = DataLoader(list(range(20)), batch_size=2, shuffle=True)
+        return prepare_data_loader(
+            data, num_processes=2, process_index=0, use_seedable_sampler=True, data_seed=seed
+        )
+
+    saving = build(0)
+    batches = iter(saving)
+    next(batches)
+    restored = build(5)
+    restored.load_state_dict(saving.state_dict())
+    assert restored.state_dict()["sampler_seed"] == 0
+
+
 # -- a stream its workers split, moved to another number of processes -------------------------------------
 def _worker_split(num_processes: int, rank: int) -> Any:
     data = DataLoader(WorkerSplitIdStream(31), batch_size=2, num_workers=2, multiprocessing_context="fork")

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from lightning_shard import DataLoaderShard, WorkerCountWarning, prepare_data_loader, skip_first_batches
-from lightning_shard.loaders.state import STATE_VERSION
+from lightning_shard.loaders.state import STATE_VERSION, LoaderState
 from tests.helpers.datasets import IdMap, WorkerSplitIdStream
 from tests.helpers.dist import run_distributed
 from tests.helpers.loader_cases import FormMap, LoaderCase, indices
@@ -374,6 +374,41 @@ def test_bad_state_is_refused_with_a_clear_message(
     loader = build(other, 1 if other.options.get("dispatch_batches") else 2, 0)
     with pytest.raises(ValueError, match=match):
         loader.load_state_dict(state)
+
+
+def test_the_version_is_checked_before_any_incompatibility() -> None:
+    loader = build(LoaderCase(length=21, batch_size=5), 2, 0)
+    with pytest.raises(ValueError, match="version 3"):
+        loader.load_state_dict(_state(version=STATE_VERSION + 1))
+
+
+def test_a_state_parses_and_writes_back_the_same_flat_dict() -> None:
+    for case in [SAME_SIZE_CASES[0], SAME_SIZE_CASES[3], DISPATCH_ONE_PROCESS_CASES[0]]:
+        state = stopped(case, 1, 0, 0, 2).state_dict()
+        again = LoaderState.from_dict(state).to_dict()
+        assert again == state and list(again) == list(state)
+
+
+def test_a_version_1_state_loads_and_is_the_pending_position() -> None:
+    case = LoaderCase(length=20, batch_size=4)
+    version_2 = _state()
+    optional = (
+        "generator_state",
+        "sampler_seed",
+        "base_steps",
+        "world_size",
+        "num_workers",
+        "sampler",
+        "streams",
+    )
+    version_1 = {key: value for key, value in version_2.items() if key not in optional} | {"version": 1}
+    loader = build(case, 2, 0)
+    assert loader.pending_position is None
+    loader.load_state_dict(version_1)
+    pending = loader.pending_position
+    assert pending is not None and (pending.epoch, pending.steps, pending.base) == (0, 1, 0)
+    assert take(loader) == take(resumed(case, 2, 0, version_2))
+    assert loader.pending_position is None
 
 
 def test_a_non_dict_state_is_refused() -> None:

@@ -229,6 +229,8 @@ def checkpoint_at_epoch_end(cell: Cell) -> bool:
     """Whether the killed run's newest checkpoint was written on the last training step Lightning takes in
     an epoch (a kill at the end of an epoch, or in the validation that follows it): the restart begins
     the next epoch, so no position inside an epoch is carried."""
+    if cell.strategy == "fabric" and cell.feature == "early_exit":
+        return False  # NOTE: a Fabric loop that breaks out saves inside the loop only (`matrix_fit._fabric_loop`)
     return cell.interrupt == "epoch_end" or (cell.interrupt == "validation" and cell.feature != "val_float")
 
 

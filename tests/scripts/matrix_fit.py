@@ -313,8 +313,11 @@ def _fabric_loop(fabric: L.Fabric, cell: Cell, phase: str, run: Path, checkpoint
                     fabric, run, {**state, "epoch": epoch, "epoch_batches": index + 1, "matrix_reads": count}
                 )
         if phase == "kill":
-            # NOTE: as Fabric's examples do, the epoch's end is saved too (the next epoch, from its start).
-            _save(fabric, run, {**state, "epoch": epoch + 1, "epoch_batches": 0, "matrix_reads": count})
+            # NOTE: as Fabric's examples do, the epoch's end is saved too (the next epoch, from its start). Not
+            # after a `break`: the loader's state then continues the epoch left (as torchdata's
+            # `StatefulDataLoader`'s does; docs/guides/parallel.md), so such a loop saves inside the loop.
+            if cell.feature != "early_exit":
+                _save(fabric, run, {**state, "epoch": epoch + 1, "epoch_batches": 0, "matrix_reads": count})
             if cell.interrupt == "epoch_end" and count >= cell.kill_at:
                 _kill_victim(fabric.global_rank, cell)
 

@@ -1,0 +1,197 @@
+"""``ResumableLoader``: the public face both loaders share, each method delegating to the loader's
+``Resumption`` (``loaders/resumable.py``), and ``LoaderSource``, what both loaders' ``IndexSource`` share.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from lightning_shard.loaders.cursor import EpochCursor
+from lightning_shard.loaders.position import Position, ResumeHook, ShardingInfo
+from lightning_shard.loaders.resumable import Resumption
+from lightning_shard.loaders.settings import loader_settings
+from lightning_shard.sampling.epochs import forward_epoch
+
+
+class ResumableLoader(DataLoader):
+    """The public face both loaders share, each method delegating to the loader's ``resumption``."""
+
+    resumption: Resumption
+    """Set by the loader's ``__init__`` over the loader's ``IndexSource``."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """``cls``, or its ``StatefulDataLoader`` variant when ``use_stateful_dataloader=True`` asks for it.
+
+        The seed's contract: ``DataLoaderShard(dataset, ..., use_stateful_dataloader=True)`` is backed by
+        torchdata's ``StatefulDataLoader``. A constructor returning a subclass of its class is the pattern
+        of ``pathlib.Path()`` (a ``PosixPath``); Python then runs ``__init__`` on it as usual.
+        """
+        if not issubclass(cls, StatefulDataLoader) and _asks_stateful(cls, args, kwargs):
+            # NOTE: imported here: `variants` imports the loader modules, which import this one.
+            from lightning_shard.loaders.variants import stateful_loader_class
+
+            variant: type = stateful_loader_class(cls)  # type: ignore[arg-type]
+            return super().__new__(variant)
+        return super().__new__(cls)
+
+    def _user_batches(self) -> Iterator[Any]:
+        """A new iterator over the user's batches of this epoch, as the ``DataLoader`` yields them.
+
+        A stream's epoch resumed under another ``num_workers`` is read, to its end, by a one-epoch
+        ``DataLoader`` with the worker count it started with (``_stream_epoch_workers``).
+        """
+        workers = self.resumption.position.workers
+        if workers is None or workers == self.num_workers:
+            return super().__iter__()
+        settings = dict(loader_settings(self), num_workers=workers, persistent_workers=False)
+        if workers == 0:
+            settings.update(prefetch_factor=None, multiprocessing_context=None)
+        return iter(
+            DataLoader(self.dataset, batch_size=self.batch_size, drop_last=self.drop_last, **settings)
+        )
+
+    @property
+    def cursor(self) -> EpochCursor | None:
+        """The index source that makes map-style resumption arithmetic (``None`` for iterable data)."""
+        for candidate in (self.batch_sampler, self.sampler):
+            if isinstance(candidate, EpochCursor):
+                return candidate
+        return None
+
+    @property
+    def sharding(self) -> ShardingInfo:
+        """The sharding this loader applies (mode, processes, batch size, flags, dataset length)."""
+        return self.resumption.source.sharding()
+
+    @property
+    def resume_hook(self) -> ResumeHook | None:
+        """Set by a training loop that consumes less than the loader yielded (see ``ResumeHook``)."""
+        return self.resumption.resume_hook
+
+    @resume_hook.setter
+    def resume_hook(self, hook: ResumeHook | None) -> None:
+        self.resumption.resume_hook = hook
+
+    @property
+    def pending_position(self) -> Position | None:
+        """The restore (``load_state_dict``, a skip) that the next ``iter()`` applies, if any."""
+        return self.resumption.pending
+
+    @property
+    def end_of_dataloader(self) -> bool:
+        """Whether the batch just yielded is the last of the epoch."""
+        return self.resumption.position.end
+
+    @property
+    def remainder(self) -> int:
+        """Real samples of the last (padded) global batch, or -1 when no batch is padded or it is unknown."""
+        return self.resumption.remainder
+
+    @property
+    def steps_taken(self) -> int:
+        """Batches yielded in the epoch in progress, counting those skipped or taken before a restore."""
+        position = self.resumption.position
+        return position.steps if position.in_epoch else 0
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next (or current) iteration covers."""
+        return self.resumption.epoch
+
+    @property
+    def iteration(self) -> int:
+        """The epoch counter under the reference's name (``epoch``), for code written against it."""
+        return self.resumption.epoch
+
+    @property
+    def pads_last_step(self) -> bool:
+        """Whether the epoch's last step repeats samples to fill every process's batch."""
+        return self.sharding.pads(self.remainder)
+
+    @property
+    def total_batch_size(self) -> int:
+        """Samples per step across all processes (``B * N``, or ``B`` with ``split_batches``; 0 unknown)."""
+        return self.sharding.total_batch_size
+
+    @property
+    def total_dataset_length(self) -> int | None:
+        """``len`` of the user's dataset across all processes, ``None`` when it has none."""
+        return self.sharding.dataset_length
+
+    def __len__(self) -> int:
+        """Steps of the epoch in progress (or the next), counting those taken before a resume."""
+        return self.resumption.length()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select ``epoch``; it reaches the sampler, the batch sampler and every wrapper in between.
+
+        Selecting another epoch than the one being iterated abandons that one: the next ``iter()``,
+        and ``state_dict()`` until then, start ``epoch`` from its beginning.
+        """
+        self.resumption.set_epoch(epoch)
+
+    def state_dict(self, steps: int | None = None) -> dict[str, Any]:
+        """The loader's position as plain data, the same on every process.
+
+        Args:
+            steps: steps consumed in this epoch, when the caller reads ahead of what it consumed;
+                defaults to what the ``resume_hook`` reports, else to the batches this loader yielded.
+
+        Raises:
+            ValueError: if ``steps`` is below the steps taken before this run resumed the epoch.
+        """
+        return self.resumption.state_dict(steps)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue, at the next ``iter()``, exactly where the run that saved ``state_dict`` stopped.
+
+        State saved by another number of processes continues with every sample that run did not
+        consume, sharded over this one's; its steps keep counting, so ``len()`` is the steps taken
+        plus the steps left.
+
+        Raises:
+            ValueError: if the state is malformed or from another version, dataset length, batch size
+                or ``split_batches`` setting (``check_resumable``).
+        """
+        self.resumption.load_state_dict(state_dict)
+
+
+class LoaderSource:
+    """The ``IndexSource`` methods both loaders' sources share (each adds the rest)."""
+
+    def __init__(self, loader: ResumableLoader) -> None:
+        self.loader = loader
+
+    def workers(self) -> int:
+        return int(self.loader.num_workers)
+
+    def set_epoch(self, epoch: int) -> None:
+        cursor, dataset = self.loader.cursor, self.loader.dataset
+        if cursor is not None:
+            cursor.set_epoch(epoch)
+        elif callable(getattr(dataset, "set_epoch", None)):
+            dataset.set_epoch(epoch)  # type: ignore[attr-defined]
+        else:
+            forward_epoch(self.loader.batch_sampler, epoch)
+
+
+def _asks_stateful(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a constructor call of ``cls`` passes ``use_stateful_dataloader=True`` (by name or position)."""
+    if "use_stateful_dataloader" in kwargs:
+        return bool(kwargs["use_stateful_dataloader"])
+    index = _stateful_argument_index(cls)
+    return index is not None and index < len(args) and bool(args[index])
+
+
+@functools.cache
+def _stateful_argument_index(cls: type) -> int | None:
+    init: Any = cls.__init__  # type: ignore[misc]
+    parameters = list(inspect.signature(init).parameters.values())[1:]  # NOTE: without `self`
+    names = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return names.index("use_stateful_dataloader") if "use_stateful_dataloader" in names else None
