@@ -10,12 +10,18 @@
 (d) The same onto another number of processes (saved by 8, resumed on 6): ours loads the 8 processes'
     state; the reference cannot, so it is timed skipping to 90 % of its 6-process epoch. Checked: our
     first batch holds no sample consumed before the checkpoint.
+(e) With ``--against CHECKOUT`` (issue 18): the per-batch path, one epoch of process 0 through a plain
+    ``DataLoader`` over the same batches, ours, the release checked out at ``CHECKOUT`` (0.1: ``git worktree
+    add /work/wt01 6c385d5``, outside this repository) and the reference's ``DataLoaderShard``, with
+    ``device=None`` and with ``device="cpu"`` (``_per_batch.py``).
 
 Every comparison first checks that both sides yield the same batches, then alternates them and reports
-the best of ``--repeats`` (twice as many for (a)): CPU time for the single-process (a), (c) and (d), wall
-time of the slower process for (b). Usage::
+the median of ``--repeats`` runs (twice as many for (a) and (e)), each timed as ``timeit`` does: the garbage
+collector collected before and disabled during the run (``_timing.py``). CPU time for the single-process
+(a), (c), (d) and (e), wall time of the slower process for (b). Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_loaders.py
+    OMP_NUM_THREADS=1 python benchmarks/bench_loaders.py --against /work/wt01 --only-against --repeats 15
 """
 
 from __future__ import annotations
@@ -24,40 +30,23 @@ import argparse
 import gc
 import itertools
 import os
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from _datasets import Indices
+from _datasets import Indices, rows, shuffled_rows
+from _per_batch import against_release
 from _processes import on_processes
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from _timing import alternate, alternating
+from torch.utils.data import DataLoader, Dataset
 
 from lightning_shard import BatchSamplerShard, prepare_data_loader
 
 TARGET_OVERHEAD = 1.05
 TARGET_DISPATCH = 1.5
 TARGET_RESUME = 1 / 3
-
-
-def best_of(run: Callable[[], Any], repeats: int, clock: Callable[[], float] = time.process_time) -> float:
-    """Best time of ``repeats`` calls; CPU time by default (single-process work, robust to machine load)."""
-    best = float("inf")
-    for _ in range(repeats):
-        gc.collect()
-        start = clock()
-        run()
-        best = min(best, clock() - start)
-    return best
-
-
-def alternate(ours: Callable[[], Any], theirs: Callable[[], Any], repeats: int) -> tuple[float, float]:
-    """Best CPU times of both, runs interleaved so that both see the same machine state."""
-    best_ours = best_theirs = float("inf")
-    for _ in range(repeats):
-        best_ours = min(best_ours, best_of(ours, 1))
-        best_theirs = min(best_theirs, best_of(theirs, 1))
-    return best_ours, best_theirs
 
 
 # -- (a) per-batch overhead -------------------------------------------------------------------------
@@ -68,12 +57,8 @@ def overhead(samples: int, batch_size: int, num_processes: int, repeats: int) ->
     adds: the cursor, the look-ahead, the state). ``lists``: a plain ``DataLoader`` over this process's
     index lists, computed beforehand (what it adds on top: computing the epoch's indices).
     """
-    dataset = TensorDataset(torch.arange(samples, dtype=torch.float32).view(-1, 1).expand(-1, 8).contiguous())
-
-    def user() -> DataLoader:
-        generator = torch.Generator().manual_seed(0)
-        return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=generator)
-
+    dataset = rows(samples)
+    user = shuffled_rows(dataset, batch_size)
     ours = prepare_data_loader(user(), num_processes=num_processes, process_index=0)
     state = ours.state_dict()
     plain_user = user()
@@ -101,11 +86,8 @@ def overhead(samples: int, batch_size: int, num_processes: int, repeats: int) ->
     for run in (run_shard, run_lists):
         if not all(torch.equal(a, b) for a, b in zip(reference, run(), strict=True)):
             raise SystemExit("(a): ours and a plain DataLoader yield different batches")
-    times = {"ours": float("inf"), "shard": float("inf"), "lists": float("inf")}
-    for _ in range(repeats):
-        for name, run in (("ours", run_ours), ("shard", run_shard), ("lists", run_lists)):
-            times[name] = min(times[name], best_of(run, 1))
-    return {**times, "batches": len(batches)}
+    times = alternating({"ours": run_ours, "shard": run_shard, "lists": run_lists}, repeats)
+    return {**{name: statistics.median(values) for name, values in times.items()}, "batches": len(batches)}
 
 
 # -- (b) dispatch throughput ------------------------------------------------------------------------
@@ -138,9 +120,14 @@ def _dispatch_epoch(loader: Any) -> tuple[float, list[float]]:
     import torch.distributed as dist
 
     dist.barrier()
-    start = time.perf_counter()
-    sums = [float(batch["x"].sum()) + float(batch["y"].sum()) for batch in loader]
-    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        sums = [float(batch["x"].sum()) + float(batch["y"].sum()) for batch in loader]
+        elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+    finally:
+        gc.enable()
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # NOTE: an epoch lasts until its slowest process ends.
     return float(elapsed), sums
 
@@ -155,11 +142,15 @@ def dispatch_worker(
     ours = prepare_data_loader(DataLoader(Images(samples), batch_size=batch_size), **kwargs)
     theirs = reference_prepare(DataLoader(Images(samples), batch_size=batch_size), **kwargs)
     same = _dispatch_epoch(ours)[1] == _dispatch_epoch(theirs)[1]
-    best_ours = best_theirs = float("inf")
+    times: dict[str, list[float]] = {"ours": [], "theirs": []}
     for _ in range(repeats):
-        best_ours = min(best_ours, _dispatch_epoch(ours)[0])
-        best_theirs = min(best_theirs, _dispatch_epoch(theirs)[0])
-    return {"ours": best_ours, "theirs": best_theirs, "same": same, "received": ours.bytes_received}
+        times["ours"].append(_dispatch_epoch(ours)[0])
+        times["theirs"].append(_dispatch_epoch(theirs)[0])
+    return {
+        **{name: statistics.median(values) for name, values in times.items()},
+        "same": same,
+        "received": ours.bytes_received,
+    }
 
 
 def dispatch(samples: int, batch_size: int, repeats: int) -> dict[str, Any]:
@@ -211,8 +202,8 @@ def resume(samples: int, batch_size: int, num_processes: int, repeats: int) -> t
     run_ours, run_theirs = _first_batch_after(state, fresh, theirs, skip)
     if not torch.equal(run_ours(), run_theirs()):
         raise SystemExit("(c): ours and the reference resume at different batches")
-    best_ours, best_theirs = alternate(run_ours, run_theirs, repeats)
-    return best_ours, best_theirs, skip
+    median_ours, median_theirs = alternate(run_ours, run_theirs, repeats)
+    return median_ours, median_theirs, skip
 
 
 def resume_elsewhere(
@@ -236,8 +227,8 @@ def resume_elsewhere(
     consumed = {int(i) for rank in range(saved) for i in _first_batches(user, saved, rank, state["steps"])}
     if set(run_ours().tolist()) & consumed:
         raise SystemExit("(d): the resumed batch repeats a sample consumed before the checkpoint")
-    best_ours, best_theirs = alternate(run_ours, run_theirs, repeats)
-    return best_ours, best_theirs, state["consumed"] * batch_size
+    median_ours, median_theirs = alternate(run_ours, run_theirs, repeats)
+    return median_ours, median_theirs, state["consumed"] * batch_size
 
 
 def _first_batches(user: Callable[[], DataLoader], num_processes: int, rank: int, steps: int) -> list[int]:
@@ -255,11 +246,25 @@ def main() -> None:
     parser.add_argument("--overhead-samples", type=int, default=200_000)
     parser.add_argument("--dispatch-batches", type=int, default=100, help="global batches per epoch in (b)")
     parser.add_argument("--resume-samples", type=int, default=10_000_000)
+    parser.add_argument(
+        "--against",
+        metavar="CHECKOUT",
+        help="(e): also time the per-batch path of the release checked out there",
+    )
+    parser.add_argument("--only-against", action="store_true", help="run (e) only")
+    parser.add_argument("--against-samples", type=int, default=200_000, help="samples of (e)'s epoch")
     args = parser.parse_args()
     threads = os.environ.get("OMP_NUM_THREADS", "unset")
     print(
-        f"torch {torch.__version__}, {os.cpu_count()} CPUs, OMP_NUM_THREADS={threads}, best of {args.repeats}"
+        f"torch {torch.__version__}, {os.cpu_count()} CPUs, OMP_NUM_THREADS={threads}, load average "
+        f"{os.getloadavg()[0]:.2f}, median of {args.repeats} alternating runs (twice as many for (a) and (e)), "
+        "gc collected before and disabled during each"
     )
+    if args.against is not None:
+        against_release(args.against, args.against_samples, 2 * args.repeats)
+        print(f"load average after (e): {os.getloadavg()[0]:.2f}\n")
+    if args.only_against:
+        return
     print("| benchmark | ours | baseline | ratio | target |")
     print("|---|---:|---:|---:|---|")
 

@@ -17,7 +17,6 @@ from typing import Any
 import torch
 
 _SCALARS = (str, bytes, int, float, bool, type(None))
-_CONTAINERS = ("dict", "list", "tuple", "namedtuple")
 
 
 @dataclass(frozen=True)
@@ -34,9 +33,7 @@ class Node:
 def _is_sequence_leaf(value: Any) -> bool:
     # NOTE: `default_collate` turns a string field into a tuple when the sample is a tuple or a
     # namedtuple, and into a list when it is a dict; both are per-sample values.
-    return (
-        type(value) in (list, tuple) and len(value) > 0 and all(isinstance(item, _SCALARS) for item in value)
-    )
+    return type(value) in (list, tuple) and bool(value) and all(isinstance(item, _SCALARS) for item in value)
 
 
 def flatten(batch: Any) -> tuple[Node, list[Any]]:
@@ -77,8 +74,7 @@ def _unflatten(node: Node, leaves: Any, on_const: Callable[[Any], Any] | None) -
     children = [_unflatten(child, leaves, on_const) for child in node.children]
     assert node.container is not None  # NOTE: every container node records its type.
     if node.kind == "dict":
-        mapping = dict(zip(node.keys, children, strict=True))
-        return mapping if node.container is dict else _rebuild_mapping(node.container, mapping)
+        return _rebuild_mapping(node.container, dict(zip(node.keys, children, strict=True)))
     if node.kind == "namedtuple":
         return node.container(*children)
     return node.container(children)
@@ -86,7 +82,7 @@ def _unflatten(node: Node, leaves: Any, on_const: Callable[[Any], Any] | None) -
 
 def _rebuild_mapping(container: type, mapping: dict[Any, Any]) -> Any:
     try:
-        return container(mapping)
+        return mapping if container is dict else container(mapping)
     except TypeError:
         return mapping
 
@@ -103,66 +99,68 @@ def is_tensor_tree(data: Any) -> bool:
 
 
 def _only_tensors(node: Node) -> bool:
-    if node.kind == "tensor":
-        return True
-    if node.kind in _CONTAINERS:
-        return bool(node.children) and all(_only_tensors(child) for child in node.children)
-    return False
+    if node.kind in ("tensor", "seq", "const"):
+        return node.kind == "tensor"
+    return bool(node.children) and all(_only_tensors(child) for child in node.children)
 
 
 # -- device placement ------------------------------------------------------------------------------
 def send_to_device(batch: Any, device: torch.device | str | None, non_blocking: bool = False) -> Any:
     """Return ``batch`` with every tensor (and object with a ``to`` method) moved to ``device``.
 
-    Dicts, lists, tuples and namedtuples keep their type; other leaves are returned unchanged.
-    ``device=None`` returns ``batch`` itself.
+    Dicts, lists, tuples and namedtuples keep their type; other leaves are returned unchanged. A batch
+    with nothing to move (``device=None``, or every tensor already on ``device``) is returned itself.
     """
     if device is None:
         return batch
+    device = device if type(device) is torch.device else torch.device(device)
     if isinstance(batch, torch.Tensor):
         return batch if batch.device == device else batch.to(device, non_blocking=non_blocking)
     flat = _send_flat(batch, device, non_blocking)
-    if flat is not _NOT_FLAT:
-        return flat
-
-    def move(leaf: Any) -> Any:
-        return leaf.to(device, non_blocking=non_blocking) if isinstance(leaf, torch.Tensor) else leaf
-
-    def move_object(value: Any) -> Any:
-        if not callable(getattr(value, "to", None)) or isinstance(value, type):
-            return value
-        try:
-            return value.to(device, non_blocking=non_blocking)
-        except TypeError:
-            return value.to(device)
-
-    node, leaves = flatten(batch)
-    return unflatten(node, [move(leaf) for leaf in leaves], on_const=move_object)
+    return _send_tree(batch, device, non_blocking) if flat is None else flat
 
 
-_NOT_FLAT = object()
-"""``_send_flat``'s answer for a batch that is not a flat container of plain tensors."""
+def _send_flat(batch: Any, device: torch.device, non_blocking: bool) -> Any:
+    """What batches usually are, a dict, list or tuple of tensors, moved or left alone; else ``None``.
 
-
-def _send_flat(batch: Any, device: torch.device | str, non_blocking: bool) -> Any:
-    """The fast path for what batches usually are: a dict, list or tuple of tensors, moved or left alone.
-
-    NOTE: the general walker flattens and rebuilds every batch (about 10 us); a batch already on
-    ``device`` is returned as it is, the same object.
+    NOTE: a loader's per-batch path: 0.3 to 0.5 us when nothing moves (the walker: about 10 us); plain loops.
     """
     kind = type(batch)
-    if kind is dict:
-        values = list(batch.values())
-    elif kind is list or kind is tuple:
-        values = batch
-    else:
-        return _NOT_FLAT
-    if not all(type(value) is torch.Tensor for value in values):
-        return _NOT_FLAT
-    if all(value.device == device for value in values):
+    values = batch.values() if kind is dict else batch if kind is list or kind is tuple else None
+    if values is None:
+        return None
+    here = True
+    for value in values:
+        if type(value) is not torch.Tensor:
+            return None
+        here = here and value.device == device
+    if here:
         return batch
     moved = [value.to(device, non_blocking=non_blocking) for value in values]
     return dict(zip(batch, moved, strict=True)) if kind is dict else kind(moved)
+
+
+def _send_tree(batch: Any, device: torch.device, non_blocking: bool) -> Any:
+    """Any other batch, through the walker; ``batch`` itself when nothing in it moved."""
+    pairs: list[tuple[Any, Any]] = []
+
+    def move(value: Any) -> Any:
+        pairs.append((_to(value, device, non_blocking), value))
+        return pairs[-1][0]
+
+    node, leaves = flatten(batch)
+    rebuilt = unflatten(node, [move(leaf) for leaf in leaves], on_const=move)
+    return rebuilt if any(moved is not value for moved, value in pairs) else batch
+
+
+def _to(value: Any, device: torch.device, non_blocking: bool) -> Any:
+    """``value.to(device)`` for a tensor or an object with a ``to`` method (itself when already there)."""
+    if not callable(getattr(value, "to", None)) or isinstance(value, type):
+        return value
+    try:
+        return value.to(device, non_blocking=non_blocking)
+    except TypeError:
+        return value.to(device)
 
 
 # -- dispatch: join, cut, measure --------------------------------------------------------------------
