@@ -44,7 +44,7 @@ def check_stateful_class(loader: DataLoader, use_stateful_dataloader: bool) -> N
         name = type(loader).__name__
         raise TypeError(
             f"`use_stateful_dataloader=True` needs a loader backed by torchdata's `StatefulDataLoader`, but "
-            f"`{name}` is not one. Build `lightning_shard.stateful_loader_class({name})(...)` instead (for the "
-            "built-in loaders: `StatefulDataLoaderShard` / `StatefulDataLoaderDispatcher`), or let "
+            f"`{name}` is not one. Build `lightning_shard.loaders.variants.stateful_loader_class({name})(...)` "
+            "instead (for the built-in loaders: `StatefulDataLoaderShard` / `StatefulDataLoaderDispatcher`), or let "
             "`prepare_data_loader(..., use_stateful_dataloader=True)` pick the class."
         )
