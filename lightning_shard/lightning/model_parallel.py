@@ -14,7 +14,6 @@ from typing_extensions import override
 from lightning_shard.comm.topology import Topology, mesh_topology
 from lightning_shard.lightning.sharding import StrategySharding
 from lightning_shard.lightning.strategy import ShardingHooks
-from lightning_shard.options import ShardOptions, StrategyOptions
 from lightning_shard.sampling.balance import EvenBatches
 from lightning_shard.sampling.native_stream import IterableSharding
 
@@ -72,7 +71,6 @@ class ShardModelParallelStrategy(ShardingHooks, ModelParallelStrategy):
         audit_raise: bool = False,
         gather_predictions: bool = True,
     ) -> None:
-        options = locals()
         super().__init__(
             data_parallel_size=data_parallel_size,
             tensor_parallel_size=tensor_parallel_size,
@@ -80,9 +78,7 @@ class ShardModelParallelStrategy(ShardingHooks, ModelParallelStrategy):
             process_group_backend=process_group_backend,
             timeout=timeout,
         )
-        self._sharding = StrategySharding(
-            self, ShardOptions.from_kwargs(options), StrategyOptions.from_kwargs(options)
-        )
+        self._sharding = StrategySharding(self, locals())
         self._mesh_topology: tuple[Any, Topology] | None = None
 
     @override
