@@ -171,7 +171,9 @@ class ShardAuditCallback(Callback):
         if sharding.dataset_length is None or sharding.batch_size is None:
             self._explain("its dataset has no length, or its batches no fixed size")
             return
-        cursor.observer = IndexTap(_cursor_batches_per_step(loader))
+        # NOTE: a dispatcher's process 0 loads (so its cursor yields) the `N` batches of a step.
+        dispatcher = loader if isinstance(loader, DataLoaderDispatcher) and not loader.split_batches else None
+        cursor.observer = IndexTap(1 if dispatcher is None else dispatcher.num_processes)
 
     # -- per step ---------------------------------------------------------------------------------
     @override
@@ -276,17 +278,6 @@ def _tap_of(loader: ShardLoader) -> IndexTap | None:
     return observer if isinstance(observer, IndexTap) else None
 
 
-def _cursor_batches_per_step(loader: ShardLoader) -> int:
-    """Batches the cursor yields per step: a dispatcher's process 0 loads the ``N`` batches of a step."""
-    if isinstance(loader, DataLoaderDispatcher) and not loader.split_batches:
-        return loader.num_processes
-    return 1
-
-
-def _state(loader: ShardLoader, steps: int) -> LoaderState:
-    return LoaderState.from_dict(loader.state_dict(steps=steps))  # type: ignore[call-arg]
-
-
 def _epoch_audit(loader: ShardLoader, steps_before: int, recorded: bool = False) -> tuple[ShardAudit, int]:
     """An empty audit of the epoch in progress, and the samples consumed before this run resumed it.
 
@@ -296,7 +287,7 @@ def _epoch_audit(loader: ShardLoader, steps_before: int, recorded: bool = False)
     dataset of the remaining samples, which sets the padding allowed. The samples consumed before the
     resume are allowed to be missing, unless their record came with the checkpoint (``recorded``).
     """
-    state = _state(loader, steps_before)
+    state = LoaderState.from_dict(loader.state_dict(steps=steps_before))  # type: ignore[call-arg]
     info = state.sharding
     length, batch_size = info.dataset_length or 0, info.batch_size or 0
     before = min(state.consumed * batch_size, length)
