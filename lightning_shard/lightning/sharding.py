@@ -1,11 +1,5 @@
-"""``StrategySharding``: what every ``Shard*`` strategy adds to Lightning's, in one object it holds.
-
-It prepares each stage's loaders with ``prepare_data_loader`` instead of Lightning's
-``DistributedSampler``, wraps optimizers and step schedulers, logs the plan, keeps the training loaders'
-position in checkpoints, audits epochs and gathers evaluation outputs exactly. A strategy builds it in
-``__init__`` and calls it from short overrides of Lightning's hooks (``ShardingHooks``), as Lightning
-Fabric's ``DDPStrategy`` holds a ``_DDPBackwardSyncControl`` (docs/DESIGN.md, "Lightning adapter").
-"""
+"""``StrategySharding``: what every ``Shard*`` strategy adds to Lightning's, in one object it holds and
+calls from short overrides of Lightning's hooks (``ShardingHooks``; docs/DESIGN.md, "Lightning adapter")."""
 
 from __future__ import annotations
 
