@@ -189,7 +189,10 @@ class ShardAuditCallback(Callback):
             return
         self._epoch = trainer.current_epoch
         self._loader = self._training_loader(trainer)
-        self._audit, self._buffer, self._before = None, [], self._restored_record(trainer.current_epoch)
+        # NOTE: the records a checkpoint carried for this epoch are taken once.
+        restored, self._restored = self._restored, None
+        self._before = restored[1] if restored is not None and restored[0] == self._epoch else None
+        self._audit, self._buffer = None, []
         if self._loader is not None:
             self._audit, self._resumed_after = _epoch_audit(self._loader, batch_idx, self._before is not None)
 
@@ -253,11 +256,6 @@ class ShardAuditCallback(Callback):
         self._restored = None
         if state_dict:
             self._restored = (int(state_dict["epoch"]), ShardAudit.from_state(state_dict["record"]))
-
-    def _restored_record(self, epoch: int) -> ShardAudit | None:
-        """The records a checkpoint carried for ``epoch`` (taken once)."""
-        restored, self._restored = self._restored, None
-        return restored[1] if restored is not None and restored[0] == epoch else None
 
     def _training_loader(self, trainer: pl.Trainer) -> ShardLoader | None:
         """The one sharded and watched training loader, or ``None`` (after saying why, once)."""

@@ -265,12 +265,8 @@ def exact_mean(tensor: Any, group: Any, reduce_op: Any) -> torch.Tensor | None:
     is inexact as soon as processes hold different numbers of samples, as balanced evaluation loaders do.
     """
     mean = isinstance(reduce_op, str) and reduce_op.lower() in ("mean", "avg")
-    if (
-        not mean
-        or not isinstance(tensor, torch.Tensor)
-        or torch.is_floating_point(tensor)
-        or not is_distributed()
-    ):
+    integer = isinstance(tensor, torch.Tensor) and not torch.is_floating_point(tensor)
+    if not mean or not integer or not is_distributed():
         return None
     total = tensor.to(torch.float64)
     dist.all_reduce(total, group=group)
