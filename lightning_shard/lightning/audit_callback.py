@@ -103,9 +103,8 @@ class EpochAudit:
             examples = _listed(report.duplicate_examples)
             problems.append(f"{report.excess_duplicates} duplicates beyond the padding (e.g. {examples})")
         if self.complete and report.excess_missing:
-            problems.append(
-                f"{report.excess_missing} missing samples (e.g. {_listed(report.missing_examples)})"
-            )
+            examples = _listed(report.missing_examples)
+            problems.append(f"{report.excess_missing} missing samples (e.g. {examples})")
         return problems
 
     def raise_on_problem(self) -> None:

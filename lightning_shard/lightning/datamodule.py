@@ -160,10 +160,8 @@ def check_stage_options(stage_options: Mapping[str, Mapping[str, Any]]) -> None:
 
 
 def _check_strategy(trainer: pl.Trainer) -> None:
-    strategy = trainer.strategy
-    if isinstance(strategy, ShardingHooks) or not isinstance(strategy, ParallelStrategy):
-        return
-    if trainer.num_devices * trainer.num_nodes <= 1:
+    strategy, processes = trainer.strategy, trainer.num_devices * trainer.num_nodes
+    if isinstance(strategy, ShardingHooks) or not isinstance(strategy, ParallelStrategy) or processes <= 1:
         return
     consequence = (
         "Lightning would shard its loaders with `DistributedSampler` and ignore this datamodule's options"
@@ -172,6 +170,6 @@ def _check_strategy(trainer: pl.Trainer) -> None:
     )
     raise ValueError(
         f"`ShardDataModule` needs `ShardStrategy` to shard its loaders, but the trainer uses "
-        f"`{type(strategy).__name__}` on {trainer.num_devices * trainer.num_nodes} processes: {consequence}. "
+        f"`{type(strategy).__name__}` on {processes} processes: {consequence}. "
         "Use `Trainer(strategy='shard')` (or `strategy=ShardStrategy(...)`)."
     )

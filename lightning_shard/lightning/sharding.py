@@ -48,11 +48,7 @@ from lightning_shard.lightning.stages import (
     stage_defaults,
     stage_key,
 )
-from lightning_shard.lightning.stream_evaluation import (
-    gather_stream_for_metrics,
-    is_stream_loader,
-    take_stream_padding,
-)
+from lightning_shard.lightning.stream_evaluation import gather_stream_for_metrics
 from lightning_shard.loaders.state import STATE_FORMAT
 from lightning_shard.loaders.streams import StreamReport
 from lightning_shard.optim import ShardOptimizer
@@ -193,7 +189,8 @@ class StrategySharding:
         """A batch of loader ``dataloader_idx`` is about to be processed (moved to the device)."""
         self._dataloader_idx = dataloader_idx
         # NOTE: once per consumed batch, after Lightning's read-ahead (see `lightning/stream_evaluation.py`).
-        self._stream_padding = take_stream_padding(self.current_loader())
+        stream = getattr(self.current_loader(), "stream", None)
+        self._stream_padding = 0 if stream is None else stream.take_padding()
 
     def on_train_start(self, configs: list[LRSchedulerConfig]) -> None:
         """Log the plan of the fit and warn about step schedules that end early."""
@@ -243,7 +240,8 @@ class StrategySharding:
                 'with `even_batches="balanced"` (no repeated samples; the default for validation and test).'
             )
         sources = None if topology.rank_indices is None else topology.leaders
-        if is_stream_loader(loader):
+        stream = getattr(loader, "stream", None)
+        if stream is not None and stream.uneven:
             return gather_stream_for_metrics(data, self._stream_padding, sources)
         gathered = gather_in_process_order(data, sources)
         if loader is None or not padded or not loader.end_of_dataloader:
