@@ -29,16 +29,11 @@ class ShardModelParallelStrategy(ShardingHooks, ModelParallelStrategy):
     (``save_distributed_checkpoint=True``: a directory; ``False``: one file). Registered as
     ``"shard_model_parallel"``.
 
+    ``ModelParallelStrategy``'s arguments (``data_parallel_size``, ``tensor_parallel_size``,
+    ``save_distributed_checkpoint``, ``process_group_backend``, ``timeout``) mean what they mean there.
     Keyword arguments: the loader options (the fields of ``ShardOptions``) and the strategy options
     (those of ``StrategyOptions``), both documented in the options table. ``rng_types`` defaults to
     ``("generator",)`` here.
-
-    Args:
-        data_parallel_size: as for ``ModelParallelStrategy``.
-        tensor_parallel_size: as for ``ModelParallelStrategy``.
-        save_distributed_checkpoint: as for ``ModelParallelStrategy``.
-        process_group_backend: as for ``ModelParallelStrategy``.
-        timeout: as for ``ModelParallelStrategy``.
 
     Raises:
         ValueError / TypeError: on inconsistent options (see ``ShardOptions`` and ``StrategyOptions``).

@@ -58,9 +58,8 @@ def _wrapped(
     config: LRSchedulerConfig, optimizers: list[Optimizer], scaling: SchedulerScaling
 ) -> LRSchedulerConfig:
     scheduler = config.scheduler
-    if not scaling.enabled or config.interval != "step" or config.reduce_on_plateau:
-        return config
-    if isinstance(scheduler, ShardScheduler):
+    stepped = scaling.enabled and config.interval == "step" and not config.reduce_on_plateau
+    if not stepped or isinstance(scheduler, ShardScheduler):
         return config
     # NOTE: the wrapped optimizers the scheduler follows (all of them when it does not say).
     inner = getattr(scheduler, "optimizer", None)

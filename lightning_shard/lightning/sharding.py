@@ -83,7 +83,7 @@ class StrategySharding:
         check_lightning_version()
         self._strategy = strategy
         self.options = ShardOptions.from_kwargs(arguments)
-        self.strategy_options = strategy_options = StrategyOptions.from_kwargs(arguments)
+        self.strategy_options = StrategyOptions.from_kwargs(arguments)
         self.shard_plan: ShardPlan | None = None
         self.loaders_left_alone = False
         self._trainer: pl.Trainer | None = None
@@ -92,15 +92,15 @@ class StrategySharding:
         self._stepping = False
         self._rounds = TrainingLoaderRounds()
         self._epoch_callback = ShardEpochCallback(self._rounds)
-        self._audit = ShardAuditCallback(raise_on_problem=strategy_options.audit_raise)
+        self._audit = ShardAuditCallback(raise_on_problem=self.strategy_options.audit_raise)
         self.stream_reports: list[StreamReport] = self._epoch_callback.stream_reports
         self.audits: list[EpochAudit] = self._audit.audits
         # NOTE: bound methods, not lambdas: a strategy is pickled into the processes `"shard_spawn"` starts.
         predictions = PredictionGatherer(strategy.data_parallel_topology, self._predict_split_batches)
         self.callbacks: list[Callback] = [self._epoch_callback]
         """The callbacks ``connect`` adds to the trainer."""
-        self.callbacks += [self._audit] if strategy_options.audit else []
-        self.callbacks += [predictions] if strategy_options.gather_predictions else []
+        self.callbacks += [self._audit] if self.strategy_options.audit else []
+        self.callbacks += [predictions] if self.strategy_options.gather_predictions else []
 
     # -- where we are -------------------------------------------------------------------------------
     @property
