@@ -41,14 +41,13 @@ class LightningResumeHook:
         ready, last = training_batches_ready(self.trainer)
         if last:
             return Consumed(ready, epoch_finished=True, next_epoch=self.trainer.current_epoch + 1)
-        loaders = [
-            loader for loader in flatten_loaders(self.trainer.train_dataloader) if is_shard_loader(loader)
-        ]
-        if len(loaders) <= 1:
+        loaders = flatten_loaders(self.trainer.train_dataloader)
+        yielded = [loader.steps_taken for loader in loaders if is_shard_loader(loader)]
+        if len(yielded) <= 1:
             return Consumed(ready)
         # NOTE: the loader that has not cycled yielded once per step fetched: its excess over the steps
         # taken is Lightning's read-ahead, the same for every loader of the combined step.
-        ahead = max(loader.steps_taken for loader in loaders) - ready
+        ahead = max(yielded) - ready
         return Consumed(max(self.loader.steps_taken - ahead, 0))
 
     def resharded(self, saved: LoaderState) -> None:
