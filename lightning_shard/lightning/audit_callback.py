@@ -103,9 +103,8 @@ class EpochAudit:
             examples = _listed(report.duplicate_examples)
             problems.append(f"{report.excess_duplicates} duplicates beyond the padding (e.g. {examples})")
         if self.complete and report.excess_missing:
-            problems.append(
-                f"{report.excess_missing} missing samples (e.g. {_listed(report.missing_examples)})"
-            )
+            examples = _listed(report.missing_examples)
+            problems.append(f"{report.excess_missing} missing samples (e.g. {examples})")
         return problems
 
     def raise_on_problem(self) -> None:
@@ -171,7 +170,9 @@ class ShardAuditCallback(Callback):
         if sharding.dataset_length is None or sharding.batch_size is None:
             self._explain("its dataset has no length, or its batches no fixed size")
             return
-        cursor.observer = IndexTap(_cursor_batches_per_step(loader))
+        # NOTE: a dispatcher's process 0 loads (so its cursor yields) the `N` batches of a step.
+        dispatcher = loader if isinstance(loader, DataLoaderDispatcher) and not loader.split_batches else None
+        cursor.observer = IndexTap(1 if dispatcher is None else dispatcher.num_processes)
 
     # -- per step ---------------------------------------------------------------------------------
     @override
@@ -187,7 +188,10 @@ class ShardAuditCallback(Callback):
             return
         self._epoch = trainer.current_epoch
         self._loader = self._training_loader(trainer)
-        self._audit, self._buffer, self._before = None, [], self._restored_record(trainer.current_epoch)
+        # NOTE: the records a checkpoint carried for this epoch are taken once.
+        restored, self._restored = self._restored, None
+        self._before = restored[1] if restored is not None and restored[0] == self._epoch else None
+        self._audit, self._buffer = None, []
         if self._loader is not None:
             self._audit, self._resumed_after = _epoch_audit(self._loader, batch_idx, self._before is not None)
 
@@ -252,11 +256,6 @@ class ShardAuditCallback(Callback):
         if state_dict:
             self._restored = (int(state_dict["epoch"]), ShardAudit.from_state(state_dict["record"]))
 
-    def _restored_record(self, epoch: int) -> ShardAudit | None:
-        """The records a checkpoint carried for ``epoch`` (taken once)."""
-        restored, self._restored = self._restored, None
-        return restored[1] if restored is not None and restored[0] == epoch else None
-
     def _training_loader(self, trainer: pl.Trainer) -> ShardLoader | None:
         """The one sharded and watched training loader, or ``None`` (after saying why, once)."""
         loaders = [loader for loader in flatten_loaders(trainer.train_dataloader) if is_shard_loader(loader)]
@@ -276,17 +275,6 @@ def _tap_of(loader: ShardLoader) -> IndexTap | None:
     return observer if isinstance(observer, IndexTap) else None
 
 
-def _cursor_batches_per_step(loader: ShardLoader) -> int:
-    """Batches the cursor yields per step: a dispatcher's process 0 loads the ``N`` batches of a step."""
-    if isinstance(loader, DataLoaderDispatcher) and not loader.split_batches:
-        return loader.num_processes
-    return 1
-
-
-def _state(loader: ShardLoader, steps: int) -> LoaderState:
-    return LoaderState.from_dict(loader.state_dict(steps=steps))  # type: ignore[call-arg]
-
-
 def _epoch_audit(loader: ShardLoader, steps_before: int, recorded: bool = False) -> tuple[ShardAudit, int]:
     """An empty audit of the epoch in progress, and the samples consumed before this run resumed it.
 
@@ -296,7 +284,7 @@ def _epoch_audit(loader: ShardLoader, steps_before: int, recorded: bool = False)
     dataset of the remaining samples, which sets the padding allowed. The samples consumed before the
     resume are allowed to be missing, unless their record came with the checkpoint (``recorded``).
     """
-    state = _state(loader, steps_before)
+    state = LoaderState.from_dict(loader.state_dict(steps=steps_before))  # type: ignore[call-arg]
     info = state.sharding
     length, batch_size = info.dataset_length or 0, info.batch_size or 0
     before = min(state.consumed * batch_size, length)

@@ -1,24 +1,13 @@
 """Exact mid-epoch resumption through Lightning's checkpoints: the ``ResumeHook``s Lightning needs.
 
 Lightning checkpoints a resumable loader itself: the fit loop stores each training loader's
-``state_dict()`` (rank 0's; ours is the same on every rank), the evaluation loops their loaders', and on
-``fit(ckpt_path=...)`` ``load_state_dict`` is called on the new loaders before Lightning measures their
-length and iterates them. The core loader's ``resume_hook`` is where the adapter says what that state must
-be (docs/DESIGN.md, "Global state"):
-
-- Training: Lightning fetches ahead of the training step and never exhausts a loader with a length, so
-  what a loader *yielded* is not what training *consumed*. The saved position is what the training steps
-  took, and a finished epoch is saved as the start of the next one. With several training loaders
-  (``CombinedLoader``), each is fetched once per step (a shorter one cycles in ``"max_size_cycle"``
-  mode): its consumed batches are what it yielded less what Lightning read ahead, which is the same for
-  all of them.
-- A state from another number of processes keeps its step count (the core's ``base_steps``), so
-  Lightning's restored batch counter and the loader's length agree; Lightning keeps that epoch's length
-  for the following epochs, so the loaders are measured again at the next epoch
-  (``ShardEpochCallback.reload_next_epoch``).
-- Evaluation: a checkpoint written while validation runs inside a training epoch must not make the
-  first validation after the resume skip what was validated before; evaluation loaders always save the
-  start of their epoch.
+``state_dict()`` (rank 0's; ours is the same on every rank), the evaluation loops their loaders'. The core
+loader's ``resume_hook`` says what that state must be (docs/DESIGN.md, "Global state", "Elastic resume").
+Lightning fetches ahead of the training step and never exhausts a loader with a length, so what a
+training loader *yielded* is not what training *consumed*: the saved position is what the training steps
+took, and a finished epoch is saved as the start of the next one. Evaluation loaders always save their
+epoch's start, so that a checkpoint written while validation runs inside a training epoch does not make
+the first validation after the resume skip what was validated before.
 """
 
 from __future__ import annotations
@@ -52,14 +41,13 @@ class LightningResumeHook:
         ready, last = training_batches_ready(self.trainer)
         if last:
             return Consumed(ready, epoch_finished=True, next_epoch=self.trainer.current_epoch + 1)
-        loaders = [
-            loader for loader in flatten_loaders(self.trainer.train_dataloader) if is_shard_loader(loader)
-        ]
-        if len(loaders) <= 1:
+        loaders = flatten_loaders(self.trainer.train_dataloader)
+        yielded = [loader.steps_taken for loader in loaders if is_shard_loader(loader)]
+        if len(yielded) <= 1:
             return Consumed(ready)
         # NOTE: the loader that has not cycled yielded once per step fetched: its excess over the steps
         # taken is Lightning's read-ahead, the same for every loader of the combined step.
-        ahead = max(loader.steps_taken for loader in loaders) - ready
+        ahead = max(yielded) - ready
         return Consumed(max(self.loader.steps_taken - ahead, 0))
 
     def resharded(self, saved: LoaderState) -> None:

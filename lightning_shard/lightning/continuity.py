@@ -58,7 +58,7 @@ def _continue_stream(earlier: ShardLoader, loader: ShardLoader) -> None:
     # generator and seed as they are before it is applied.
     pending = earlier.pending_position
     saved = pending.generator_state if pending is not None else None
-    source, target = _generator(earlier), _generator(loader)
+    source, target = earlier.resumption.source.generator(), loader.resumption.source.generator()
     if target is not None and source is not target:
         if saved is not None:
             target.set_state(decode_generator_state(saved))
@@ -71,7 +71,3 @@ def _continue_stream(earlier: ShardLoader, loader: ShardLoader) -> None:
     sampler = loader.resumption.source.sampler()
     if isinstance(sampler, SeedableRandomSampler) and seed is not None:
         sampler.initial_seed = seed
-
-
-def _generator(loader: ShardLoader) -> torch.Generator | None:
-    return loader.resumption.source.generator()

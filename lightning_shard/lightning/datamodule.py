@@ -65,10 +65,7 @@ class ShardDataModule(pl.LightningDataModule):
     @property
     def num_processes(self) -> int:
         """Data-parallel processes ``N`` (1 without a trainer)."""
-        strategy = self._shard_strategy()
-        if strategy is not None:
-            return strategy.topology.num_processes
-        return 1 if self.trainer is None else self.trainer.world_size
+        return self._topology().num_processes
 
     @property
     def global_batch_size(self) -> int:
@@ -94,7 +91,9 @@ class ShardDataModule(pl.LightningDataModule):
         Raises:
             ValueError: if the training data has no length.
         """
-        batches = self._limited(self._sharded_train_length())
+        batches = self._sharded_train_length()
+        limit: int | float = 1.0 if self.trainer is None else self.trainer.limit_train_batches
+        batches = min(batches, limit) if isinstance(limit, int) else int(batches * limit)
         accumulate = 1 if self.trainer is None else self.trainer.accumulate_grad_batches
         return math.ceil(batches / accumulate)
 
@@ -138,13 +137,9 @@ class ShardDataModule(pl.LightningDataModule):
         strategy = self._shard_strategy()
         if strategy is not None:
             return strategy.topology
-        return Topology(self.num_processes, 0 if self.trainer is None else self.trainer.global_rank)
-
-    def _limited(self, batches: int) -> int:
-        limit: int | float = 1.0 if self.trainer is None else self.trainer.limit_train_batches
-        if isinstance(limit, int):
-            return min(batches, limit)
-        return int(batches * limit)
+        if self.trainer is None:
+            return Topology(1, 0)
+        return Topology(self.trainer.world_size, self.trainer.global_rank)
 
 
 def check_stage_options(stage_options: Mapping[str, Mapping[str, Any]]) -> None:
@@ -165,10 +160,8 @@ def check_stage_options(stage_options: Mapping[str, Mapping[str, Any]]) -> None:
 
 
 def _check_strategy(trainer: pl.Trainer) -> None:
-    strategy = trainer.strategy
-    if isinstance(strategy, ShardingHooks) or not isinstance(strategy, ParallelStrategy):
-        return
-    if trainer.num_devices * trainer.num_nodes <= 1:
+    strategy, processes = trainer.strategy, trainer.num_devices * trainer.num_nodes
+    if isinstance(strategy, ShardingHooks) or not isinstance(strategy, ParallelStrategy) or processes <= 1:
         return
     consequence = (
         "Lightning would shard its loaders with `DistributedSampler` and ignore this datamodule's options"
@@ -177,6 +170,6 @@ def _check_strategy(trainer: pl.Trainer) -> None:
     )
     raise ValueError(
         f"`ShardDataModule` needs `ShardStrategy` to shard its loaders, but the trainer uses "
-        f"`{type(strategy).__name__}` on {trainer.num_devices * trainer.num_nodes} processes: {consequence}. "
+        f"`{type(strategy).__name__}` on {processes} processes: {consequence}. "
         "Use `Trainer(strategy='shard')` (or `strategy=ShardStrategy(...)`)."
     )

@@ -28,7 +28,7 @@ class ShardEpochCallback(Callback):
 
     def __init__(self, rounds: TrainingLoaderRounds | None = None) -> None:
         self._reload_setting: int | None = None
-        self._rounds = rounds
+        self._rounds = TrainingLoaderRounds() if rounds is None else rounds
         self.stream_reports: list[StreamReport] = []
         """Each finished training epoch's ``StreamReport`` (loaders over a stream that may end unevenly)."""
 
@@ -43,8 +43,7 @@ class ShardEpochCallback(Callback):
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # NOTE: a fit resumed mid-epoch skips `on_train_epoch_start` for that epoch; this one always runs.
-        if self._rounds is not None:
-            self._rounds.close()
+        self._rounds.close()
         # NOTE: after the round closed, so that a rebuilt loader takes its predecessor's place (position 0).
         rebuild_unrestored_training_loaders(trainer)
         finish_restored_epoch(trainer)
@@ -52,8 +51,7 @@ class ShardEpochCallback(Callback):
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._end_reload(trainer)
-        if self._rounds is not None:
-            self._rounds.close()
+        self._rounds.close()
         for loader in flatten_loaders(trainer.train_dataloader):
             if is_shard_loader(loader) and loader.epoch != trainer.current_epoch:
                 loader.set_epoch(trainer.current_epoch)

@@ -20,7 +20,6 @@ from typing_extensions import override
 
 from lightning_shard.lightning.sharding import StrategySharding
 from lightning_shard.lightning.strategy import ShardingHooks
-from lightning_shard.options import ShardOptions, StrategyOptions
 from lightning_shard.sampling.balance import EvenBatches
 from lightning_shard.sampling.native_stream import IterableSharding
 
@@ -90,7 +89,6 @@ class ShardFSDPStrategy(ShardingHooks, FSDPStrategy):
         gather_predictions: bool = True,
         **kwargs: Any,
     ) -> None:
-        options = locals()
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -109,9 +107,7 @@ class ShardFSDPStrategy(ShardingHooks, FSDPStrategy):
             device_mesh=device_mesh,
             **kwargs,
         )
-        self._sharding = StrategySharding(
-            self, ShardOptions.from_kwargs(options), StrategyOptions.from_kwargs(options)
-        )
+        self._sharding = StrategySharding(self, locals())
 
     @override
     def setup_environment(self) -> None:

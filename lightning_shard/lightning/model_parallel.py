@@ -14,7 +14,6 @@ from typing_extensions import override
 from lightning_shard.comm.topology import Topology, mesh_topology
 from lightning_shard.lightning.sharding import StrategySharding
 from lightning_shard.lightning.strategy import ShardingHooks
-from lightning_shard.options import ShardOptions, StrategyOptions
 from lightning_shard.sampling.balance import EvenBatches
 from lightning_shard.sampling.native_stream import IterableSharding
 
@@ -30,16 +29,11 @@ class ShardModelParallelStrategy(ShardingHooks, ModelParallelStrategy):
     (``save_distributed_checkpoint=True``: a directory; ``False``: one file). Registered as
     ``"shard_model_parallel"``.
 
+    ``ModelParallelStrategy``'s arguments (``data_parallel_size``, ``tensor_parallel_size``,
+    ``save_distributed_checkpoint``, ``process_group_backend``, ``timeout``) mean what they mean there.
     Keyword arguments: the loader options (the fields of ``ShardOptions``) and the strategy options
     (those of ``StrategyOptions``), both documented in the options table. ``rng_types`` defaults to
     ``("generator",)`` here.
-
-    Args:
-        data_parallel_size: as for ``ModelParallelStrategy``.
-        tensor_parallel_size: as for ``ModelParallelStrategy``.
-        save_distributed_checkpoint: as for ``ModelParallelStrategy``.
-        process_group_backend: as for ``ModelParallelStrategy``.
-        timeout: as for ``ModelParallelStrategy``.
 
     Raises:
         ValueError / TypeError: on inconsistent options (see ``ShardOptions`` and ``StrategyOptions``).
@@ -72,7 +66,6 @@ class ShardModelParallelStrategy(ShardingHooks, ModelParallelStrategy):
         audit_raise: bool = False,
         gather_predictions: bool = True,
     ) -> None:
-        options = locals()
         super().__init__(
             data_parallel_size=data_parallel_size,
             tensor_parallel_size=tensor_parallel_size,
@@ -80,9 +73,7 @@ class ShardModelParallelStrategy(ShardingHooks, ModelParallelStrategy):
             process_group_backend=process_group_backend,
             timeout=timeout,
         )
-        self._sharding = StrategySharding(
-            self, ShardOptions.from_kwargs(options), StrategyOptions.from_kwargs(options)
-        )
+        self._sharding = StrategySharding(self, locals())
         self._mesh_topology: tuple[Any, Topology] | None = None
 
     @override

@@ -66,8 +66,8 @@ class ShardPlan:
             else "batch sizes of the user's batch sampler"
         )
         return (
-            f"lightning_shard plan: {_count(self.num_processes, 'process')} ({self.mode}), {sizes}, {steps} optimizer "
-            f"steps per epoch{padding}{dropped}, {self.scheduler_scaling}"
+            f"lightning_shard plan: {self.num_processes} process{'' if self.num_processes == 1 else 'es'} "
+            f"({self.mode}), {sizes}, {steps} optimizer steps per epoch{padding}{dropped}, {self.scheduler_scaling}"
             + "".join(f" (WARNING: {short}: it ends early)" for short in self.short_schedulers)
             + (f"; stream: {self.stream}" if self.stream else "")
             + (
@@ -76,10 +76,6 @@ class ShardPlan:
                 else ""
             )
         )
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}es"
 
 
 def plan_for(
@@ -132,11 +128,6 @@ def _padding(state: ShardingInfo, batches: int | None, global_batch: int) -> tup
     ):
         return 0, 0
     if state.mode == "dispatch":
-        return _dispatch_padding(state.dataset_length % global_batch, state.num_processes), 0
+        # NOTE: a dispatched last global batch is completed to the next multiple of `N` rows.
+        return -(state.dataset_length % global_batch) % state.num_processes, 0
     return max(covered - state.dataset_length, 0), 0
-
-
-def _dispatch_padding(rows: int, num_processes: int) -> int:
-    """A dispatched last global batch of ``rows`` rows is completed to the next multiple of ``N``."""
-    short = rows % num_processes
-    return num_processes - short if short else 0

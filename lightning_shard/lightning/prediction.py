@@ -20,7 +20,6 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import BasePredictionWriter, Callback
 from typing_extensions import override
 
-from lightning_shard.comm.collectives import is_distributed
 from lightning_shard.comm.topology import Topology
 from lightning_shard.comm.tree import concatenate
 from lightning_shard.lightning._private import predict_loader_count, predictions_per_loader
@@ -63,17 +62,10 @@ def _joined(slices: list[Any]) -> Any:
         return slices
 
 
-def _loaders(trainer: pl.Trainer) -> list[Any]:
-    return flatten_loaders(trainer.predict_dataloaders)
-
-
-def gather_to_rank_zero(value: Any) -> list[Any] | None:
-    """Every process's ``value`` on global rank 0 (``None`` elsewhere); ``[value]`` without a group."""
-    if not is_distributed():
-        return [value]
-    gathered: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(value, gathered, dst=0)
-    return gathered
+def _by_process(trainer: pl.Trainer) -> list[bool]:
+    """Per predict loader: whether it reads a natively sharded stream (``merge_in_order``'s ``by_process``)."""
+    loaders = flatten_loaders(trainer.predict_dataloaders)
+    return [isinstance(getattr(loader, "dataset", None), NativeStreamShard) for loader in loaders]
 
 
 class PredictionGatherer(Callback):
@@ -98,18 +90,15 @@ class PredictionGatherer(Callback):
         per_loader, topology = predictions_per_loader(trainer), self.topology()
         if per_loader is None or topology.num_processes == 1:
             return
-        split = self.split_batches()
-        by_process = [_natively_sharded(loader) for loader in _loaders(trainer)]
-        gathered = gather_to_rank_zero((topology.process_index, [list(p) for p in per_loader]))
+        split, by_process = self.split_batches(), _by_process(trainer)
+        # NOTE: several data-parallel processes, so a process group runs.
+        gathered: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+        dist.gather_object((topology.process_index, [list(p) for p in per_loader]), gathered, dst=0)
         if gathered is None:
             return
         for position, own in enumerate(per_loader):
             parts = [(index, loaders[position]) for index, loaders in gathered]
             own[:] = merge_in_order(parts, split, position < len(by_process) and by_process[position])
-
-
-def _natively_sharded(loader: Any) -> bool:
-    return isinstance(getattr(loader, "dataset", None), NativeStreamShard)
 
 
 class ShardPredictionWriter(BasePredictionWriter):
@@ -152,7 +141,7 @@ class ShardPredictionWriter(BasePredictionWriter):
             "predictions": predictions,
             "batch_indices": batch_indices,
             "several": several,
-            "by_process": [_natively_sharded(loader) for loader in _loaders(trainer)],
+            "by_process": _by_process(trainer),
         }
         own = self.output_dir / f"rank{trainer.global_rank}.pt"
         torch.save(part, own)
@@ -167,10 +156,8 @@ class ShardPredictionWriter(BasePredictionWriter):
         parts = [
             torch.load(self.output_dir / f"rank{rank}.pt", weights_only=False) for rank in range(world_size)
         ]
-        several = parts[0]["several"]
+        several, by_process = parts[0]["several"], parts[0]["by_process"]
         loaders = len(parts[0]["predictions"]) if several else 1
-
-        by_process = parts[0]["by_process"]
 
         def merged(key: str, position: int, nested: bool) -> list[Any]:
             pairs = [(part["index"], part[key][position] if nested else part[key]) for part in parts]

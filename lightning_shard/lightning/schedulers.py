@@ -58,25 +58,20 @@ def _wrapped(
     config: LRSchedulerConfig, optimizers: list[Optimizer], scaling: SchedulerScaling
 ) -> LRSchedulerConfig:
     scheduler = config.scheduler
-    if not scaling.enabled or config.interval != "step" or config.reduce_on_plateau:
+    stepped = scaling.enabled and config.interval == "step" and not config.reduce_on_plateau
+    if not stepped or isinstance(scheduler, ShardScheduler):
         return config
-    if isinstance(scheduler, ShardScheduler):
-        return config
+    # NOTE: the wrapped optimizers the scheduler follows (all of them when it does not say).
+    inner = getattr(scheduler, "optimizer", None)
+    followed = [opt for opt in optimizers if getattr(opt, "optimizer", opt) is inner]
     wrapped = ShardScheduler(
         scheduler,
-        _followed(scheduler, optimizers),
+        followed or list(optimizers),
         step_with_optimizer=True,
         split_batches=scaling.split_batches,
         num_processes=scaling.num_processes,
     )
     return replace(config, scheduler=wrapped)  # type: ignore[arg-type]
-
-
-def _followed(scheduler: object, optimizers: list[Optimizer]) -> list[Optimizer]:
-    """The wrapped optimizers ``scheduler`` follows (all of them when it does not say)."""
-    inner = getattr(scheduler, "optimizer", None)
-    followed = [opt for opt in optimizers if getattr(opt, "optimizer", opt) is inner]
-    return followed or list(optimizers)
 
 
 @dataclass(frozen=True)
@@ -119,11 +114,8 @@ def short_schedulers(
     for config in configs:
         horizon = scheduler_horizon(config.scheduler)
         if config.interval == "step" and horizon is not None and horizon < scaled:
-            short.append(
-                ShortSchedule(
-                    type(getattr(config.scheduler, "scheduler", config.scheduler)).__name__, horizon, scaled
-                )
-            )
+            inner = getattr(config.scheduler, "scheduler", config.scheduler)
+            short.append(ShortSchedule(type(inner).__name__, horizon, scaled))
     return short
 
 

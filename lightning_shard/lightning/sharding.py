@@ -1,15 +1,9 @@
-"""``StrategySharding``: what every ``Shard*`` strategy adds to Lightning's, in one object it holds.
-
-It prepares each stage's loaders with ``prepare_data_loader`` instead of Lightning's
-``DistributedSampler``, wraps optimizers and step schedulers, logs the plan, keeps the training loaders'
-position in checkpoints, audits epochs and gathers evaluation outputs exactly. A strategy builds it in
-``__init__`` and calls it from short overrides of Lightning's hooks (``ShardingHooks``), as Lightning
-Fabric's ``DDPStrategy`` holds a ``_DDPBackwardSyncControl`` (docs/DESIGN.md, "Lightning adapter").
-"""
+"""``StrategySharding``: what every ``Shard*`` strategy adds to Lightning's, in one object it holds and
+calls from short overrides of Lightning's hooks (``ShardingHooks``; docs/DESIGN.md, "Lightning adapter")."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
@@ -54,11 +48,7 @@ from lightning_shard.lightning.stages import (
     stage_defaults,
     stage_key,
 )
-from lightning_shard.lightning.stream_evaluation import (
-    gather_stream_for_metrics,
-    is_stream_loader,
-    take_stream_padding,
-)
+from lightning_shard.lightning.stream_evaluation import gather_stream_for_metrics
 from lightning_shard.loaders.state import STATE_FORMAT
 from lightning_shard.loaders.streams import StreamReport
 from lightning_shard.optim import ShardOptimizer
@@ -82,20 +72,18 @@ class StrategySharding:
 
     Args:
         strategy: the strategy holding it, read only through ``HostStrategy``.
-        options: the loader options (a ``ShardDataModule`` may override them per stage).
-        strategy_options: the strategy options (scheduler scaling, audit, gathered predictions).
+        arguments: the strategy's arguments; those named like a field of ``ShardOptions`` or
+            ``StrategyOptions`` are its options, the others are ignored.
 
     Raises:
         RuntimeError: on a Lightning release older than the supported range (``check_lightning_version``).
     """
 
-    def __init__(
-        self, strategy: HostStrategy, options: ShardOptions, strategy_options: StrategyOptions
-    ) -> None:
+    def __init__(self, strategy: HostStrategy, arguments: Mapping[str, Any]) -> None:
         check_lightning_version()
         self._strategy = strategy
-        self.options = options
-        self.strategy_options = strategy_options
+        self.options = ShardOptions.from_kwargs(arguments)
+        self.strategy_options = StrategyOptions.from_kwargs(arguments)
         self.shard_plan: ShardPlan | None = None
         self.loaders_left_alone = False
         self._trainer: pl.Trainer | None = None
@@ -104,20 +92,19 @@ class StrategySharding:
         self._stepping = False
         self._rounds = TrainingLoaderRounds()
         self._epoch_callback = ShardEpochCallback(self._rounds)
-        self._audit = ShardAuditCallback(raise_on_problem=strategy_options.audit_raise)
+        self._audit = ShardAuditCallback(raise_on_problem=self.strategy_options.audit_raise)
         self.stream_reports: list[StreamReport] = self._epoch_callback.stream_reports
         self.audits: list[EpochAudit] = self._audit.audits
         # NOTE: bound methods, not lambdas: a strategy is pickled into the processes `"shard_spawn"` starts.
         predictions = PredictionGatherer(strategy.data_parallel_topology, self._predict_split_batches)
         self.callbacks: list[Callback] = [self._epoch_callback]
         """The callbacks ``connect`` adds to the trainer."""
-        self.callbacks += [self._audit] if strategy_options.audit else []
-        self.callbacks += [predictions] if strategy_options.gather_predictions else []
+        self.callbacks += [self._audit] if self.strategy_options.audit else []
+        self.callbacks += [predictions] if self.strategy_options.gather_predictions else []
 
     # -- where we are -------------------------------------------------------------------------------
     @property
     def topology(self) -> Topology:
-        """The data-parallel size and this process's index in it."""
         return self._strategy.data_parallel_topology()
 
     @property
@@ -132,26 +119,13 @@ class StrategySharding:
 
     @property
     def scheduler_scaling(self) -> SchedulerScaling:
-        """How ``interval="step"`` schedulers are stepped in this run."""
         return SchedulerScaling(
             enabled=self.strategy_options.step_scheduler_with_optimizer,
             split_batches=self.options_for("train").split_batches,
             num_processes=self.topology.num_processes,
         )
 
-    @property
-    def estimated_scheduler_steps(self) -> int:
-        """``trainer.estimated_stepping_batches`` times the scheduler scaling factor (a bounded fit's)."""
-        total = self.trainer.estimated_stepping_batches
-        if total == float("inf"):
-            raise ValueError(
-                "`estimated_scheduler_steps` needs a bounded fit, but this trainer has no `max_steps` and "
-                "`max_epochs=-1`. Set `max_steps` (or `max_epochs`) on the `Trainer`."
-            )
-        return int(total) * self.scheduler_scaling.factor
-
     def options_for(self, stage: str) -> ShardOptions:
-        """The options of ``stage``'s loaders: the strategy's, then the datamodule's overrides."""
         options = stage_defaults(self.options, stage)
         datamodule = getattr(self._trainer, "datamodule", None)
         overrides = getattr(datamodule, "shard_options", None)
@@ -215,7 +189,8 @@ class StrategySharding:
         """A batch of loader ``dataloader_idx`` is about to be processed (moved to the device)."""
         self._dataloader_idx = dataloader_idx
         # NOTE: once per consumed batch, after Lightning's read-ahead (see `lightning/stream_evaluation.py`).
-        self._stream_padding = take_stream_padding(self.current_loader())
+        stream = getattr(self.current_loader(), "stream", None)
+        self._stream_padding = 0 if stream is None else stream.take_padding()
 
     def on_train_start(self, configs: list[LRSchedulerConfig]) -> None:
         """Log the plan of the fit and warn about step schedules that end early."""
@@ -249,11 +224,13 @@ class StrategySharding:
 
     # -- exact evaluation ---------------------------------------------------------------------------
     def gather_for_metrics(self, data: Any) -> Any:
-        """``data`` of every process in process order, without the samples a loader padded with (see
-        ``ShardingHooks.gather_for_metrics``)."""
-        loader = self.current_loader()
-        if loader is not None:
-            _check_even(loader, self.topology.num_processes)
+        loader, topology = self.current_loader(), self.topology
+        if loader is not None and topology.num_processes > 1 and not loader.sharding.even_batches:
+            raise ValueError(
+                "`gather_for_metrics` needs every process to run as many steps, but the current loader has "
+                "`even_batches=False`, so a process could wait for the others forever. Use `even_batches=True` "
+                'or `"balanced"` (the default for validation and test); the padding is dropped when gathering.'
+            )
         padded = loader is not None and loader.pads_last_step
         if padded and not self._stepping:
             raise ValueError(
@@ -262,9 +239,9 @@ class StrategySharding:
                 "longer be told apart. Call it in the step with that step's outputs, or prepare the loader "
                 'with `even_batches="balanced"` (no repeated samples; the default for validation and test).'
             )
-        topology = self.topology
         sources = None if topology.rank_indices is None else topology.leaders
-        if is_stream_loader(loader):
+        stream = getattr(loader, "stream", None)
+        if stream is not None and stream.uneven:
             return gather_stream_for_metrics(data, self._stream_padding, sources)
         gathered = gather_in_process_order(data, sources)
         if loader is None or not padded or not loader.end_of_dataloader:
@@ -272,8 +249,8 @@ class StrategySharding:
         return keep_rows(gathered, slice(0, loader.remainder))
 
     def current_loader(self) -> ShardLoader | None:
-        """The sharded loader whose batch is being processed (``None`` for a loader we did not shard)."""
-        loaders = flatten_loaders(_stage_loaders(self.trainer))
+        stage = self.trainer.state.stage
+        loaders = flatten_loaders(getattr(self.trainer, _STAGE_LOADERS.get(stage, "predict_dataloaders")))
         loader = loaders[self._dataloader_idx] if self._dataloader_idx < len(loaders) else None
         return loader if is_shard_loader(loader) else None
 
@@ -286,12 +263,8 @@ def exact_mean(tensor: Any, group: Any, reduce_op: Any) -> torch.Tensor | None:
     is inexact as soon as processes hold different numbers of samples, as balanced evaluation loaders do.
     """
     mean = isinstance(reduce_op, str) and reduce_op.lower() in ("mean", "avg")
-    if (
-        not mean
-        or not isinstance(tensor, torch.Tensor)
-        or torch.is_floating_point(tensor)
-        or not is_distributed()
-    ):
+    integer = isinstance(tensor, torch.Tensor) and not torch.is_floating_point(tensor)
+    if not mean or not integer or not is_distributed():
         return None
     total = tensor.to(torch.float64)
     dist.all_reduce(total, group=group)
@@ -308,21 +281,10 @@ def _load_early(loader: ShardLoader, states: list[Any], position: int) -> None:
         loader.load_state_dict(state)
 
 
-def _stage_loaders(trainer: pl.Trainer) -> Any:
-    stage = trainer.state.stage
-    if stage == RunningStage.TRAINING:
-        return trainer.train_dataloader
-    if stage in (RunningStage.VALIDATING, RunningStage.SANITY_CHECKING):
-        return trainer.val_dataloaders
-    if stage == RunningStage.TESTING:
-        return trainer.test_dataloaders
-    return trainer.predict_dataloaders
-
-
-def _check_even(loader: ShardLoader, num_processes: int) -> None:
-    if num_processes > 1 and not loader.sharding.even_batches:
-        raise ValueError(
-            "`gather_for_metrics` needs every process to run as many steps, but the current loader has "
-            "`even_batches=False`, so a process could wait for the others forever. Use `even_batches=True` "
-            'or `"balanced"` (the default for validation and test); the padding is dropped when gathering.'
-        )
+_STAGE_LOADERS: dict[RunningStage | None, str] = {
+    RunningStage.TRAINING: "train_dataloader",
+    RunningStage.SANITY_CHECKING: "val_dataloaders",
+    RunningStage.VALIDATING: "val_dataloaders",
+    RunningStage.TESTING: "test_dataloaders",
+}
+"""The trainer attribute with each running stage's loaders (predict's for any other stage)."""

@@ -44,9 +44,7 @@ _STAGE_OF_RUN = {
 
 def stage_key(stage: RunningStage | None) -> str:
     """The options key (``"train"``, ``"validate"``, ``"test"``, ``"predict"``) of a running stage."""
-    if stage is None:
-        return "train"
-    return _STAGE_OF_RUN[stage]
+    return "train" if stage is None else _STAGE_OF_RUN[stage]
 
 
 def stage_defaults(options: ShardOptions, stage: str) -> ShardOptions:

@@ -83,7 +83,13 @@ class ShardingHooks(ParallelStrategy):
         Raises:
             ValueError: if the fit has no bound (``max_epochs=-1`` and no ``max_steps``).
         """
-        return self._sharding.estimated_scheduler_steps
+        total = self._sharding.trainer.estimated_stepping_batches
+        if total == float("inf"):
+            raise ValueError(
+                "`estimated_scheduler_steps` needs a bounded fit, but this trainer has no `max_steps` and "
+                "`max_epochs=-1`. Set `max_steps` (or `max_epochs`) on the `Trainer`."
+            )
+        return int(total) * self.scheduler_scaling.factor
 
     @property
     def stream_reports(self) -> list[StreamReport]:
@@ -243,8 +249,5 @@ class ShardStrategy(ShardingHooks, DDPStrategy):
         gather_predictions: bool = True,
         **kwargs: Any,
     ) -> None:
-        options = locals()
         super().__init__(**kwargs)
-        self._sharding = StrategySharding(
-            self, ShardOptions.from_kwargs(options), StrategyOptions.from_kwargs(options)
-        )
+        self._sharding = StrategySharding(self, locals())

@@ -21,18 +21,6 @@ from lightning_shard.comm.gather import gather_in_process_order
 from lightning_shard.comm.tree import batch_length, is_tensor_tree, map_leaves
 
 
-def take_stream_padding(loader: Any) -> int:
-    """Padding samples of the batch ``loader`` yielded that is about to be processed (0 for other loaders)."""
-    stream = getattr(loader, "stream", None)
-    return stream.take_padding() if stream is not None else 0
-
-
-def is_stream_loader(loader: Any) -> bool:
-    """Whether ``loader`` iterates a stream that may end unevenly across processes."""
-    stream = getattr(loader, "stream", None)
-    return stream is not None and stream.uneven
-
-
 def gather_stream_for_metrics(data: Any, padding: int, sources: Sequence[int] | None = None) -> Any:
     """``data`` of every process in process order, without the parts of processes whose batch was padding.
 
