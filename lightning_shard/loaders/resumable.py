@@ -202,7 +202,7 @@ class Resumption:
             replace(position, epoch=position.epoch or 0, steps=steps, workers=workers),
             consumed=position.base + (steps - position.base_steps) * info.step_size,
             world_size=world_size() if is_distributed() else None,
-            streams=None if self.stream is None else self.stream.entries(steps),
+            streams=None if self.stream is None else self.stream.state_dict(steps)["streams"],
         )
 
     def _next_epoch_state(self, epoch: int | None = None) -> dict[str, Any]:
@@ -219,8 +219,7 @@ class Resumption:
         info = self.source.sharding()
         saved = check_resumable(state_dict, info, self.dataset)
         if self.stream is not None:
-            ends = [entry["ended_at"] for entry in saved.streams or []]
-            self.stream.restore(ends if len(ends) == info.num_processes else None)
+            self.stream.load_state_dict({"streams": saved.streams})
         at, resharded = saved.position, saved.sharding.num_processes != info.num_processes
         # NOTE: another number of processes continues after everything consumed, its steps counted as taken.
         base, base_steps = (saved.consumed, at.steps) if resharded else (at.base, at.base_steps)

@@ -128,22 +128,25 @@ class StreamRun:
         return self._paddings.popleft() if self._paddings else 0
 
     # -- position ---------------------------------------------------------------------------------
-    def restore(self, ended_at: list[int | None] | None) -> None:
-        """Record the per-process ends of a saved state; the next ``begin`` applies them."""
-        self._pending = None if ended_at is None else list(ended_at)
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Record the per-process ends of a saved state (``{"streams": [...]}``, as ``state_dict`` writes it;
+        one of another number of processes records none); the next ``begin`` applies them."""
+        ends = [entry["ended_at"] for entry in state.get("streams") or []]
+        self._pending = ends if len(ends) == self.num_processes else None
 
     def begin(self, start: int) -> None:
-        """Start an epoch at step ``start`` (a restore recorded by ``restore``, or a fresh epoch)."""
+        """Start an epoch at step ``start`` (a restore recorded by ``load_state_dict``, or a fresh epoch)."""
         pending, self._pending = self._pending, None
         self.ended_at = pending if pending is not None and start else [None] * self.num_processes
         self._skip = start if self.resumable else 0
 
-    def entries(self, steps: int) -> list[dict[str, Any]] | None:
-        """Every process's position at ``steps`` consumed steps, for the state (``None`` if not resumable)."""
+    def state_dict(self, steps: int) -> dict[str, Any]:
+        """Every process's position at ``steps`` consumed steps, ``{"streams": [{"ended_at": step}, ...]}``
+        (``None`` for a stream the loader does not resume itself)."""
         if not self.resumable:
-            return None
+            return {"streams": None}
         ended = self._pending if self._pending is not None else self.ended_at
-        return [{"ended_at": end if steps else None} for end in ended]
+        return {"streams": [{"ended_at": end if steps else None} for end in ended]}
 
     # -- one epoch --------------------------------------------------------------------------------
     def batches(
