@@ -19,6 +19,7 @@ from lightning.fabric.strategies import DDPStrategy
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
+from lightning_shard.comm.collectives import destroy_group_at_exit
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import StrategyRegistryType, register_names
 from lightning_shard.lightning.stages import is_shard_loader
@@ -79,6 +80,11 @@ class ShardFabricStrategy(DDPStrategy):
     def distributed_sampler_kwargs(self) -> None:  # type: ignore[override]
         """``None``: Fabric then injects no ``DistributedSampler``; ``process_dataloader`` shards instead."""
         return None
+
+    @override
+    def setup_environment(self) -> None:
+        super().setup_environment()
+        destroy_group_at_exit()
 
     @property
     def topology(self) -> Topology:

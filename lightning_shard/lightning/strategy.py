@@ -13,6 +13,7 @@ from torch.nn import Module
 from torch.optim import Optimizer
 from typing_extensions import override
 
+from lightning_shard.comm.collectives import destroy_group_at_exit
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import StrategyRegistryType, register_names
 from lightning_shard.lightning.audit_callback import EpochAudit
@@ -135,6 +136,11 @@ class ShardingHooks(ParallelStrategy):
         return self._sharding.gather_for_metrics(data)
 
     # -- Lightning's hooks --------------------------------------------------------------------------
+    @override
+    def setup_environment(self) -> None:
+        super().setup_environment()
+        destroy_group_at_exit()
+
     @override
     def connect(self, model: pl.LightningModule) -> None:
         super().connect(model)
