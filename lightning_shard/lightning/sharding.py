@@ -168,11 +168,11 @@ class StrategySharding:
                 trainer, loader, lambda: self._epoch_callback.reload_next_epoch(trainer)
             )
             _load_early(loader, checkpoint_loader_states(trainer), position)
-            # NOTE: the rest of an epoch resumed on another number of processes can split unevenly even when
-            # the whole epoch does not: checked again, on every rank, with the restored length.
-            check_even_training(loader, options, topology)
             if self.strategy_options.audit:
                 self._audit.watch(loader, records=self._strategy.global_rank in topology.leaders)
+        # NOTE: after the checkpoint's state is loaded: the rest of an epoch resumed on another number of
+        # processes can split unevenly even when the whole epoch does not.
+        check_even_training(loader, options, topology)
         return loader
 
     def wrap_optimizers(

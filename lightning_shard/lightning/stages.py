@@ -68,10 +68,7 @@ def prepare_for_stage(
     """``dataloader`` sharded with ``options`` for ``stage``."""
     if stage == "predict":
         return _prepare_predict(dataloader, options, topology, device)
-    loader = prepare_with_options(dataloader, options, topology, device=device)
-    if stage == "train":
-        check_even_training(loader, options, topology)
-    return loader
+    return prepare_with_options(dataloader, options, topology, device=device)
 
 
 def _prepare_predict(
