@@ -16,12 +16,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from lightning.fabric.strategies import DDPStrategy
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from lightning_shard.comm.collectives import destroy_group_at_exit
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import StrategyRegistryType, register_names
+from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.stages import is_shard_loader
 from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_with_options
@@ -46,6 +48,8 @@ class ShardFabricStrategy(DDPStrategy):
 
     Raises:
         ValueError / TypeError: on inconsistent options (see ``ShardOptions``).
+        TypeError: on a keyword that is neither an option nor an argument of Fabric's ``DDPStrategy`` or
+            ``DistributedDataParallel``, naming the closest one.
     """
 
     REGISTERED_NAMES: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -72,6 +76,7 @@ class ShardFabricStrategy(DDPStrategy):
         **kwargs: Any,
     ) -> None:
         options = locals()
+        check_keywords(type(self), kwargs, (DDPStrategy.__init__, DistributedDataParallel.__init__))
         super().__init__(**kwargs)
         self.options = ShardOptions.from_kwargs(options)
 
