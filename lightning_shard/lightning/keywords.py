@@ -44,7 +44,7 @@ def check_keywords(strategy: type, passed: Mapping[str, Any], parents: Iterable[
     accepted = {name for parent in parents for name in parameter_names(parent)}
     unknown = [name for name in passed if name not in accepted]
     if unknown:
-        known = sorted(set(parameter_names(strategy.__init__)) | accepted)
+        known = sorted(set(parameter_names(strategy)) | accepted)
         raise TypeError(_refusal(strategy.__name__, unknown[0], passed[unknown[0]], known, parents))
 
 
