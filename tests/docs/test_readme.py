@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 
 from readme_renderer.markdown import render
 
+import lightning_shard
 from tests.docs.blocks import README, ROOT
 
 
@@ -55,3 +56,10 @@ def test_project_urls_name_the_site_the_readme_links() -> None:
     links = rendered_links(README.read_text())
     assert urls["Documentation"] in links and urls["Source"] in links and urls["Changelog"] in links
     assert urls["Changelog"].startswith(urls["Documentation"])
+
+
+def test_the_changelog_opens_with_this_version() -> None:
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    sections = re.findall(r"^## (.+)$", changelog, re.M)
+    assert sections[0] == lightning_shard.__version__, sections[:3]
+    assert all(re.fullmatch(r"\d+\.\d+\.\d+", section) for section in sections), sections
