@@ -7,7 +7,8 @@ re-runs it for process 1) where its last block stands, unless another file of th
 module such as ``model.py``). A block whose first line is ``# not run: <why>``
 is skipped. A ```` ```text title="output of train.py" ```` block is what that file prints: each of its lines
 must end a line of the file's output (a logger may prefix it), so a figure a page states fails the test
-when the code no longer gives it. The README runs as a page too.
+when the code no longer gives it; a ```` ```text title="output" ```` block is what the page's untitled
+blocks print. The README runs as a page too.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ ROOT = Path(__file__).parents[2]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 _FENCE = re.compile(r'^(?P<indent>\s*)```python(?:\s+title="(?P<title>[^"]+)")?\s*$')
-_OUTPUT = re.compile(r'^(?P<indent>\s*)```text\s+title="output of (?P<title>[^"]+)"\s*$')
+_OUTPUT = re.compile(r'^(?P<indent>\s*)```text\s+title="output(?: of (?P<title>[^"]+))?"\s*$')
 NOT_RUN = "# not run:"
 
 
@@ -43,7 +44,8 @@ def blocks(page: Path) -> list[Block]:
 
 
 def outputs(page: Path) -> list[Block]:
-    """The output blocks of ``page``: ``title`` names the file whose output each one shows."""
+    """The output blocks of ``page``: ``title`` names the file whose output each one shows (``None``: the
+    page's untitled blocks)."""
     return _fenced(page, _OUTPUT)
 
 

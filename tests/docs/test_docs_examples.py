@@ -7,6 +7,8 @@ in its own empty directory, on CPU. The README runs as a page.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import sys
 from pathlib import Path
 
@@ -35,24 +37,33 @@ SCRIPT_TIMEOUT = 300.0
 def test_page_runs(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     page_blocks = blocks(page)
     expected = outputs(page)
-    shown = {block.title for block in expected}
+    shown = {block.title for block in expected} - {None}
     assert shown <= set(steps(page_blocks)), f"{page.name}: output shown of a file that does not run: {shown}"
     for name, code in files(page_blocks).items():
         (tmp_path / name).write_text(code)
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
+    printed = io.StringIO()
     for step in steps(page_blocks):
         if isinstance(step, Block):
             # NOTE: padded with blank lines so that a traceback names the page's own line.
             code = "\n" * step.line + step.code
-            exec(compile(code, str(page), "exec"), namespace)  # noqa: S102 - the page's own example
+            with contextlib.redirect_stdout(printed):
+                exec(compile(code, str(page), "exec"), namespace)  # noqa: S102 - the page's own example
         else:
-            output = run_command([sys.executable, step], SCRIPT_TIMEOUT, cwd=tmp_path)
-            for block in (block for block in expected if block.title == step):
-                missing = missing_output(block, output)
-                assert not missing, (
-                    f"{page.name}:{block.line}: {step} no longer prints {missing}:\n{output[-3000:]}"
-                )
+            _check_output(
+                page, expected, step, run_command([sys.executable, step], SCRIPT_TIMEOUT, cwd=tmp_path)
+            )
+    _check_output(page, expected, None, printed.getvalue())
+
+
+def _check_output(page: Path, expected: list[Block], title: str | None, output: str) -> None:
+    """The page's output blocks of ``title`` (``None``: its untitled blocks) against what it printed."""
+    for block in (block for block in expected if block.title == title):
+        missing = missing_output(block, output)
+        assert not missing, (
+            f"{page.name}:{block.line}: {title or 'the page'} no longer prints {missing}:\n{output[-3000:]}"
+        )
 
 
 def test_few_blocks_are_skipped() -> None:
