@@ -63,3 +63,9 @@ def test_the_changelog_opens_with_this_version() -> None:
     sections = re.findall(r"^## (.+)$", changelog, re.M)
     assert sections[0] == lightning_shard.__version__, sections[:3]
     assert all(re.fullmatch(r"\d+\.\d+\.\d+", section) for section in sections), sections
+
+
+def test_the_install_page_names_no_wheel_file() -> None:
+    # NOTE: a file name goes stale with each release (it said 0.2.0 while the package was 0.3.0).
+    install = (ROOT / "docs" / "install.md").read_text()
+    assert not re.search(r"lightning_shard-\d+\.\d+", install), "docs/install.md names a wheel file"
