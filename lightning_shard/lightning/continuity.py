@@ -18,7 +18,6 @@ import torch
 
 from lightning_shard.lightning.stages import ShardLoader, is_shard_loader
 from lightning_shard.loaders.state import decode_generator_state
-from lightning_shard.sampling.samplers import SeedableRandomSampler
 
 
 class TrainingLoaderRounds:
@@ -68,6 +67,6 @@ def _continue_stream(earlier: ShardLoader, loader: ShardLoader) -> None:
     # (the default seed is the process's `torch.initial_seed()`, another one in a resumed run).
     seed = pending.sampler_seed if pending is not None and pending.sampler_seed is not None else None
     seed = seed if seed is not None else earlier.resumption.sampler_seed()
-    sampler = loader.resumption.source.sampler()
-    if isinstance(sampler, SeedableRandomSampler) and seed is not None:
-        sampler.initial_seed = seed
+    seeded = loader.resumption.source.seeded()
+    if seeded is not None and seed is not None:
+        seeded.initial_seed = seed

@@ -17,6 +17,7 @@ from lightning_shard.loaders.position import Position, ResumeHook, ShardingInfo
 from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.sampling.epochs import forward_epoch
+from lightning_shard.sampling.own_sampler import seeded_order
 
 
 class ResumableLoader(DataLoader):
@@ -179,6 +180,11 @@ class LoaderSource:
             dataset.set_epoch(epoch)  # type: ignore[attr-defined]
         else:
             forward_epoch(self.loader.batch_sampler, epoch)
+
+    def seeded(self) -> Any:
+        """What holds the seed of a seeded order (``sampling/own_sampler.py``, ``seeded_order``), or ``None``."""
+        cursor = self.loader.cursor
+        return None if cursor is None else seeded_order(getattr(cursor.batch_sampler, "batch_sampler", None))
 
     def draw_seed(self) -> int | None:
         """The seed of the main-process fetches' draws; ``None`` where they are not kept apart."""

@@ -24,15 +24,14 @@ from lightning_shard.loaders.state import (
     decode_generator_state,
     encode_generator_state,
 )
-from lightning_shard.sampling.samplers import SeedableRandomSampler
 
 if TYPE_CHECKING:
     from lightning_shard.loaders.streams import StreamRun
 
 
 class IndexSource(Protocol):
-    """What a ``Resumption`` asks of its loader: the ``sharding()``, the ``generator()`` of the epoch's order
-    and the index ``sampler()`` (if any), its ``workers()``, ``set_epoch`` for its index source, and
+    """What a ``Resumption`` asks of its loader: the ``sharding()``, the ``generator()`` of the epoch's order,
+    the index ``sampler()`` (if any) and what holds a seeded order's seed (``seeded()``), its ``workers()``, ``set_epoch`` for its index source, and
     ``length_after(base)``: this process's batches in an epoch ``base`` units into which it began."""
 
     def sharding(self) -> ShardingInfo: ...
@@ -41,6 +40,7 @@ class IndexSource(Protocol):
     def workers(self) -> int: ...
     def set_epoch(self, epoch: int) -> None: ...
     def length_after(self, base: int) -> int: ...
+    def seeded(self) -> Any: ...
     def draw_seed(self) -> int | None: ...
     def set_draw_seed(self, seed: int) -> None: ...
 
@@ -143,16 +143,16 @@ class Resumption:
         generator = self.source.generator()
         if restore.generator_state is not None and generator is not None:
             generator.set_state(decode_generator_state(restore.generator_state))
-        sampler = self.source.sampler()
-        if restore.sampler_seed is not None and isinstance(sampler, SeedableRandomSampler):
-            sampler.initial_seed = restore.sampler_seed
+        seeded = self.source.seeded()
+        if restore.sampler_seed is not None and seeded is not None:
+            seeded.initial_seed = restore.sampler_seed
         if restore.draw_seed is not None:
             self.source.set_draw_seed(restore.draw_seed)
 
     def sampler_seed(self) -> int | None:
-        """The seed of a ``SeedableRandomSampler`` (its order ignores the generator's state)."""
-        sampler = self.source.sampler()
-        return sampler.initial_seed if isinstance(sampler, SeedableRandomSampler) else None
+        """The seed of a seeded order (``seeded_order``: it ignores the generator's state)."""
+        seeded = self.source.seeded()
+        return None if seeded is None else int(seeded.initial_seed)
 
     def snapshot(self) -> Position:
         """Where the next batch comes from: a pending restore, the epoch in progress, or the next epoch.

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, SequentialSampler
 
+from lightning_shard.sampling.samplers import SeedableRandomSampler
+
 _FREE_OF_DRAWS = (SequentialSampler,)
 """Sampler classes whose order draws nothing."""
 
@@ -60,7 +62,8 @@ class OwnDraws:
     Args:
         batch_sampler: the user's batch sampler (not changed).
         generator: the loader's generator; its state at the epoch's start is what the loader saves.
-        data_seed: the seed of ``use_seedable_sampler=True``, else ``None``.
+        data_seed: the seed of ``use_seedable_sampler=True``, else ``None``; kept as ``initial_seed``, which
+            the loader saves and a restore sets, as a ``SeedableRandomSampler``'s.
         global_draws: whether to isolate the global generators while the batch sampler runs.
     """
 
@@ -69,7 +72,7 @@ class OwnDraws:
     ) -> None:
         self.batch_sampler = batch_sampler
         self.generator = generator
-        self.data_seed = data_seed
+        self.initial_seed = data_seed
         self.global_draws = global_draws
         self.epoch = 0
 
@@ -94,12 +97,15 @@ class OwnDraws:
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[Any]:
-        if self.data_seed is not None:
-            self.generator.manual_seed(self.data_seed + self.epoch)
+        # NOTE: a generator function: nothing is drawn before the first batch is asked for. With workers, torch
+        # calls `iter()` on the index sampler twice and drops the first iterator unstarted.
+        if self.initial_seed is not None:
+            self.generator.manual_seed(self.initial_seed + self.epoch)
         if not self.global_draws:
-            return iter(self.batch_sampler)
+            yield from self.batch_sampler
+            return
         seed = int(torch.randint(1 << 62, (), generator=self.generator))
-        return _isolated(self.batch_sampler, seed)
+        yield from _isolated(self.batch_sampler, seed)
 
 
 def _isolated(batch_sampler: Any, seed: int) -> Iterator[Any]:
@@ -126,6 +132,15 @@ def _isolated(batch_sampler: Any, seed: int) -> Iterator[Any]:
 def unwrapped(batch_sampler: Any) -> Any:
     """The user's batch sampler under an ``OwnDraws``."""
     return batch_sampler.batch_sampler if isinstance(batch_sampler, OwnDraws) else batch_sampler
+
+
+def seeded_order(batch_sampler: Any) -> Any:
+    """What holds the seed (``initial_seed``) the epoch's order is a function of: a seeded ``OwnDraws`` or the
+    ``SeedableRandomSampler`` under ``batch_sampler``; ``None`` when the order is not seeded."""
+    if isinstance(batch_sampler, OwnDraws) and batch_sampler.initial_seed is not None:
+        return batch_sampler
+    sampler = getattr(batch_sampler, "sampler", None)
+    return sampler if isinstance(sampler, SeedableRandomSampler) else None
 
 
 def generator_of(batch_sampler: Any) -> torch.Generator | None:

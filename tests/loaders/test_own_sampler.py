@@ -235,3 +235,40 @@ def test_random_states_round_trip_through_a_weights_only_checkpoint() -> None:
     assert np.array_equal(again[2], expected[2])
     assert own_state({**loaded, "world_size": 2}) is None, "another number of processes starts afresh"
     assert set(capture()) >= {"torch", "python", "numpy"}
+
+
+def test_a_seeded_users_sampler_without_data_seed_resumes_from_the_saved_seed() -> None:
+    """``use_seedable_sampler=True`` without ``data_seed``: the seed (``torch.initial_seed()``) is saved, so a
+    run seeded otherwise continues the saved order (harness defect A)."""
+
+    def make() -> DataLoader:
+        return DataLoader(range(40), sampler=GlobalPermutation(40), batch_size=4)
+
+    torch.manual_seed(11)
+    loader = prepare_data_loader(make(), num_processes=2, process_index=0, use_seedable_sampler=True)
+    iterator = iter(loader)
+    next(iterator)
+    state = loader.state_dict()
+    rest = [batch.tolist() for batch in iterator]
+    torch.manual_seed(12)
+    fresh = prepare_data_loader(make(), num_processes=2, process_index=0, use_seedable_sampler=True)
+    fresh.load_state_dict(state)
+    assert [batch.tolist() for batch in fresh] == rest
+
+
+@pytest.mark.parametrize("kind", ["buckets", "global_rng"])
+def test_the_order_of_a_users_sampler_does_not_depend_on_the_workers(kind: str) -> None:
+    """torch calls ``iter()`` on the index sampler twice with workers and drops the first iterator: it
+    must draw nothing (harness defect B)."""
+
+    def epoch(workers: int) -> list[list[int]]:
+        sampler = Buckets(40, 4, bucket=10) if kind == "buckets" else None
+        loader = (
+            DataLoader(range(40), batch_sampler=sampler, num_workers=workers)
+            if sampler is not None
+            else DataLoader(range(40), sampler=GlobalPermutation(40), batch_size=4, num_workers=workers)
+        )
+        torch.manual_seed(0)
+        return [batch.tolist() for batch in prepare_data_loader(loader, num_processes=2, process_index=1)]
+
+    assert epoch(2) == epoch(0)
