@@ -246,6 +246,29 @@ def refusal(cell: Cell) -> str | None:
     return None
 
 
+def refusal_at_restart(cell: Cell, done: int) -> str | None:
+    """The message the restart must be refused with at set-up when each process had consumed ``done``
+    batches of the resumed epoch at the checkpoint, or ``None``.
+
+    ``even_batches=False``: the library checks the processes' lengths again once the checkpoint's state is
+    loaded, and the rest of an epoch can split unevenly among another number of processes even when the
+    whole epoch does not (12 batches, 2 steps on 2 processes: 8 left, 3 / 3 / 2 on 3). Only what the
+    library checks: shard mode under a Trainer (``dispatch`` and ``split`` give every process a part of
+    every batch; a Fabric loop is not checked). A checkpoint on the last step of Lightning's epoch resumes
+    the next epoch whole (``refusal``).
+    """
+    if cell.even or cell.restart == "same" or cell.loader not in MAP_STYLE or cell.mode != "shard":
+        return None
+    if cell.strategy == "fabric" or cell.feature == "combined":
+        return None
+    total = len(epoch_batch_sizes(cell))
+    steps = {"limit": LIMIT, "early_exit": EXIT_AFTER}.get(cell.feature, total)
+    if done >= min(steps, -(-total // cell.devices)):
+        return None
+    rest = total - done * cell.devices
+    return "`even_batches=False`" if rest % cell.restart_devices else None
+
+
 def length(cell: Cell) -> int:
     """The samples of ``cell``'s map-style dataset or strided stream."""
     return LENGTH if cell.even else EVEN_LENGTH
@@ -307,7 +330,10 @@ def split_short(cell: Cell, devices: int) -> bool:
 
 def _uneven(cell: Cell, devices: int) -> bool:
     """Whether the training batches of an epoch do not divide among ``devices`` processes (``split``:
-    every process takes a part of every batch, of a short one too)."""
+    every process takes a part of every batch, of a short one too; ``dispatch``: process 0 sends every
+    process a part of every global batch, the last one padded, whatever ``even_batches`` says)."""
+    if cell.mode == "dispatch":
+        return False
     batches = len(epoch_batch_sizes(cell))
     return batches % (1 if cell.mode == "split" else devices) != 0
 

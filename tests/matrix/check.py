@@ -33,6 +33,7 @@ from tests.matrix.cells import (
     Cell,
     partial_epochs,
     refusal,
+    refusal_at_restart,
     sampled_ids,
     shuffles,
 )
@@ -241,7 +242,7 @@ def _same_draws(cell: Cell, full: Records, prefix: Records, after: Records) -> l
 
 def verdict(cell: Cell, full_dir: Path, cell_dir: Path, errors: dict[str, str | None]) -> dict[str, Any]:
     """``{"cell", "outcome": "passed" | "refused" | "failed", "problems"}`` of one run cell."""
-    expected = refusal(cell)
+    expected = refusal(cell) or refusal_at_restart(cell, _done_in_resumed_epoch(cell, cell_dir))
     result: dict[str, Any] = {"cell": cell.id, "expected_refusal": expected}
     problems = _refusal_problems(cell, full_dir, cell_dir, errors, expected)
     if problems is None:
@@ -250,6 +251,14 @@ def verdict(cell: Cell, full_dir: Path, cell_dir: Path, errors: dict[str, str | 
     else:
         outcome = "refused" if not problems else "failed"
     return {**result, "outcome": outcome, "problems": problems}
+
+
+def _done_in_resumed_epoch(cell: Cell, cell_dir: Path) -> int:
+    """The batches each process had consumed of the epoch its killed run's checkpoint is in (0: none)."""
+    saved = last_checkpoint(cell_dir / "kill")
+    consumed = 0 if saved is None else _reads_in(saved) or 0
+    first = records(cell_dir / "kill", cell.devices)[0][:consumed]
+    return sum(1 for record in first if record["epoch"] == first[-1]["epoch"]) if first else 0
 
 
 def _refusal_problems(

@@ -27,6 +27,7 @@ from tests.matrix.cells import (
     loader_batch,
     matrix,
     refusal,
+    refusal_at_restart,
     sample,
     split_short,
 )
@@ -100,6 +101,22 @@ def test_rules_of_the_sampler_axis() -> None:
     assert refusal(Cell(sampler="bucketing", even=False, restart="more")) == "`even_batches=False`"
     assert refusal(Cell(sampler="bucketing", even=False, devices=3, mode="split")) is None
     assert refusal(Cell(sampler="max_tokens", even=False)) == "`even_batches=False`", "13 batches"
+    assert refusal(Cell(sampler="max_tokens", even=False, mode="dispatch")) is None, "every process a part"
+
+
+def test_the_rest_of_an_uneven_epoch_resumed_on_another_count_is_refused_at_the_restart() -> None:
+    """``even_batches=False``, 12 batches: 2 steps on 2 processes leave 8, which 3 cannot share evenly."""
+    more = Cell(even=False, restart="more")
+    assert refusal(more) is None, "the whole epoch divides among 2 and 3"
+    assert refusal_at_restart(more, 2) == "`even_batches=False`"
+    assert refusal_at_restart(more, 3) is None, "6 left: 2 each"
+    assert refusal_at_restart(more, 6) is None, "the epoch's end: the next one begins whole"
+    fewer = Cell(even=False, devices=3, restart="fewer")
+    refused = [done for done in range(5) if refusal_at_restart(fewer, done)]
+    assert refused == [1, 3], "of 4 steps on 3 processes: 9 or 3 left for 2"
+    assert refusal_at_restart(replace(more, feature="limit"), 4) is None, "Lightning's epoch ended"
+    for other in (replace(more, mode="dispatch"), replace(more, strategy="fabric"), replace(more, even=True)):
+        assert refusal_at_restart(other, 2) is None, other.id
 
 
 def test_the_bucketing_sampler_has_short_batches_mid_epoch_that_every_split_takes() -> None:
