@@ -263,6 +263,22 @@ def test_the_verdict_finds_an_id_a_filtering_sampler_never_yields() -> None:
     assert any("1 ids the sampler never yields: [1]" in problem for problem in problems), problems
 
 
+def test_an_epoch_read_in_part_that_reaches_its_end_may_hold_the_padding() -> None:
+    """19 even ids on 2 processes: 4 steps, the last padded; ``limit_train_batches=4`` reads all of them."""
+    evens = [i for i in range(38) if i % 2 == 0]
+    batches = [evens[i : i + 3] for i in range(0, 19, 3)] + [[0, 2, 4]]
+    batches[6] = [36, 0, 2]
+    full = _records([batches[0::2], batches[1::2]])
+    prefix, after = _split(full, 2)
+    limited = Cell(sampler="filtering", feature="limit")
+    assert check.data_problems(limited, full, prefix, after) == []
+    cut = [rank[:3] for rank in full]
+    assert check.data_problems(limited, cut, [rank[:2] for rank in cut], [rank[2:] for rank in cut]) == []
+    cut[1][0] = {**cut[1][0], "a": cut[0][0]["a"]}
+    problems = check.data_problems(limited, cut, [rank[:2] for rank in cut], [rank[2:] for rank in cut])
+    assert any("ids read twice in an epoch read in part" in problem for problem in problems), problems
+
+
 # -- the launcher's watchdog --------------------------------------------------------------------------------
 def _python(code: str) -> list[str]:
     return [sys.executable, "-c", textwrap.dedent(code)]
