@@ -32,6 +32,13 @@ from lightning_shard.sampling.native_stream import (
     split_among_workers,
     splits_by_rank,
 )
+from lightning_shard.sampling.own_sampler import (
+    OwnDraws,
+    copy_with_generator,
+    generator_of,
+    may_draw_globally,
+    with_sampler,
+)
 from lightning_shard.sampling.samplers import SampleShard, SeedableRandomSampler, scalable_batch_sampler
 
 
@@ -168,8 +175,13 @@ def _batch_sampler(dataloader: DataLoader) -> Any:
     return dataloader.batch_sampler
 
 
+def _own_generator() -> torch.Generator:
+    """A generator seeded with a draw from the global RNG, as the reference seeds a ``RandomSampler``'s."""
+    return torch.Generator().manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+
+
 def _with_own_generator(sampler: RandomSampler, options: ShardOptions) -> RandomSampler:
-    """A copy of ``sampler`` whose order is recorded (a generator) and, if asked, seedable."""
+    """A plain ``RandomSampler`` whose order is recorded (a generator) and, if asked, seedable."""
     # NOTE: `_num_samples` is the constructor argument, None meaning len(data).
     same: dict[str, Any] = {"replacement": sampler.replacement, "num_samples": sampler._num_samples}
     if options.use_seedable_sampler:
@@ -179,8 +191,7 @@ def _with_own_generator(sampler: RandomSampler, options: ShardOptions) -> Random
     if sampler.generator is not None:
         return sampler
     # NOTE: drawn from the global RNG exactly as the reference does, so seeded runs agree with it.
-    seed = int(torch.empty((), dtype=torch.int64).random_().item())
-    return RandomSampler(sampler.data_source, **same, generator=torch.Generator().manual_seed(seed))
+    return RandomSampler(sampler.data_source, **same, generator=_own_generator())
 
 
 def _rebuilt_batch_sampler(batch_sampler: Any, options: ShardOptions) -> Any:
@@ -188,13 +199,32 @@ def _rebuilt_batch_sampler(batch_sampler: Any, options: ShardOptions) -> Any:
     if options.scalable_shuffle:
         return scalable_batch_sampler(batch_sampler, options.data_seed)
     sampler = getattr(batch_sampler, "sampler", None)
-    if type(batch_sampler) is not BatchSampler or not isinstance(sampler, RandomSampler):
+    if type(batch_sampler) is BatchSampler and type(sampler) is RandomSampler:
+        return BatchSampler(
+            _with_own_generator(sampler, options), batch_sampler.batch_size, batch_sampler.drop_last
+        )
+    if type(batch_sampler) is BatchSampler and isinstance(sampler, SeedableRandomSampler):
         return batch_sampler
-    if isinstance(sampler, SeedableRandomSampler):
+    return _kept_with_own_randomness(batch_sampler, sampler, options)
+
+
+def _kept_with_own_randomness(batch_sampler: Any, sampler: Any, options: ShardOptions) -> Any:
+    """The user's (batch) sampler, its class kept, its draws recorded (``sampling/own_sampler.py``).
+
+    NOTE: a sampler with a ``generator`` attribute left ``None`` draws from the global RNG, which a resumed
+    run cannot replay: a copy gets a generator of its own. Draws from the global generators themselves
+    (a user's class) are isolated by ``OwnDraws``, which also re-seeds each epoch with ``data_seed``.
+    """
+    drawing = sampler is not None and hasattr(sampler, "generator")
+    if drawing and sampler.generator is None:
+        batch_sampler = with_sampler(batch_sampler, copy_with_generator(sampler, _own_generator()))
+    global_draws = may_draw_globally(batch_sampler)
+    seeded = options.use_seedable_sampler and (drawing or global_draws)
+    if not (global_draws or seeded):
         return batch_sampler
-    return BatchSampler(
-        _with_own_generator(sampler, options), batch_sampler.batch_size, batch_sampler.drop_last
-    )
+    generator = getattr(getattr(batch_sampler, "sampler", None), "generator", None) or _own_generator()
+    seed = (options.data_seed if options.data_seed is not None else torch.initial_seed()) if seeded else None
+    return OwnDraws(batch_sampler, generator, seed, global_draws)
 
 
 def _build_map_shard(
@@ -206,7 +236,7 @@ def _build_map_shard(
     if per_sample:
         user_batch_sampler = BatchSampler(dataloader.sampler, 1, drop_last=False)
     batch_sampler = _rebuilt_batch_sampler(user_batch_sampler, options)
-    generator = getattr(getattr(batch_sampler, "sampler", None), "generator", None)
+    generator = generator_of(batch_sampler)
     shard = BatchSamplerShard(
         batch_sampler,
         num_processes=topology.num_processes,
@@ -232,6 +262,7 @@ def _build_map_shard(
         use_stateful_dataloader=options.use_stateful_dataloader,
         non_blocking=options.non_blocking,
         topology=topology,
+        data_seed=options.data_seed,
         **index_source,
         **loader_settings(dataloader),
     )

@@ -16,10 +16,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from lightning.fabric.strategies import DDPStrategy
+from lightning.fabric.utilities.types import _PATH
+from torch.nn import Module
+from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from lightning_shard.comm.collectives import destroy_group_at_exit
+from lightning_shard.comm.random_states import gather_states, own_state, random_streams_notice, restore
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import StrategyRegistryType, register_names
 from lightning_shard.lightning.stages import is_shard_loader
@@ -27,6 +31,9 @@ from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_with_options
 from lightning_shard.sampling.balance import EvenBatches
 from lightning_shard.sampling.native_stream import IterableSharding
+
+RANDOM_STATES_KEY = "lightning_shard.random_states"
+"""The key of every process's random states in a checkpoint ``fabric.save`` writes."""
 
 
 class ShardFabricStrategy(DDPStrategy):
@@ -97,6 +104,41 @@ class ShardFabricStrategy(DDPStrategy):
         if not isinstance(dataloader, DataLoader) or is_shard_loader(dataloader):
             return dataloader
         return prepare_with_options(dataloader, self.options, self.topology, device=self.root_device)
+
+    @override
+    def save_checkpoint(
+        self,
+        path: _PATH,
+        state: dict[str, Module | Optimizer | Any],
+        storage_options: Any | None = None,
+        filter: dict[str, Callable[[str, Any], bool]] | None = None,
+    ) -> None:
+        """Fabric's save, with every process's random states added (a collective, as ``fabric.save`` is)."""
+        states = gather_states()
+        super().save_checkpoint(path, {**state, RANDOM_STATES_KEY: states}, storage_options, filter)
+
+    @override
+    def load_checkpoint(
+        self,
+        path: _PATH,
+        state: Module | Optimizer | dict[str, Module | Optimizer | Any] | None = None,
+        strict: bool = True,
+        weights_only: bool | None = None,
+    ) -> dict[str, Any]:
+        """Fabric's load; this process's saved random states are restored when as many processes saved them.
+
+        ``weights_only`` (Lightning 2.6 on) is passed on when given.
+        """
+        extra = {} if weights_only is None else {"weights_only": weights_only}
+        remainder = super().load_checkpoint(path, state, strict, **extra)
+        saved = remainder.pop(RANDOM_STATES_KEY, None) if isinstance(remainder, dict) else None
+        if saved:
+            own = own_state(saved)
+            if own is not None:
+                restore(own)
+            elif self.global_rank == 0:
+                print(random_streams_notice(saved))
+        return remainder
 
     @classmethod
     @override

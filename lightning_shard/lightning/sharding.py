@@ -33,6 +33,7 @@ from lightning_shard.lightning.continuity import TrainingLoaderRounds
 from lightning_shard.lightning.epoch_callback import ShardEpochCallback
 from lightning_shard.lightning.plan import ShardPlan, plan_for
 from lightning_shard.lightning.prediction import PredictionGatherer
+from lightning_shard.lightning.random_states import ShardRandomStatesCallback
 from lightning_shard.lightning.schedulers import (
     SchedulerScaling,
     short_schedulers,
@@ -98,7 +99,7 @@ class StrategySharding:
         self.audits: list[EpochAudit] = self._audit.audits
         # NOTE: bound methods, not lambdas: a strategy is pickled into the processes `"shard_spawn"` starts.
         predictions = PredictionGatherer(strategy.data_parallel_topology, self._predict_split_batches)
-        self.callbacks: list[Callback] = [self._epoch_callback]
+        self.callbacks: list[Callback] = [self._epoch_callback, ShardRandomStatesCallback()]
         """The callbacks ``connect`` adds to the trainer."""
         self.callbacks += [self._audit] if self.strategy_options.audit else []
         self.callbacks += [predictions] if self.strategy_options.gather_predictions else []

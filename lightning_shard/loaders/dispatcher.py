@@ -25,6 +25,8 @@ from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.settings import check_stateful_class, loader_settings, sampler_kind
 from lightning_shard.loaders.state import decode_generator_state
 from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader
+from lightning_shard.sampling.balance import chunk
+from lightning_shard.sampling.own_sampler import generator_of
 
 _END = object()
 
@@ -289,8 +291,26 @@ class DataLoaderDispatcher(ResumableLoader):
         per = rows // n
         if last and self._needs_padding(batches):
             batch, per = self._padded(batch, head), per + 1
+        elif rows % n:
+            return self._cut_unevenly(batch, rows)
         return [
             self.slice_fn(batch, slice(r * per, (r + 1) * per), process_index=r, num_processes=n)
+            for r in range(n)
+        ]
+
+    def _cut_unevenly(self, batch: Any, rows: int) -> list[Any]:
+        """A global batch before the epoch's last whose rows ``N`` does not divide (a bucketing sampler's
+        short batch): parts differing by at most one row, every row once."""
+        n = self.num_processes
+        if rows < n:
+            raise ValueError(
+                f"`dispatch_batches=True`: a global batch before the epoch's last has {rows} rows, fewer than "
+                f"the {n} processes, so some would get none and the step could not be taken together. Have "
+                "the batch sampler yield batches of at least as many samples as processes, or use "
+                "`dispatch_batches=False`."
+            )
+        return [
+            self.slice_fn(batch, slice(*chunk(rows, n, r)), process_index=r, num_processes=n)
             for r in range(n)
         ]
 
@@ -337,8 +357,10 @@ class _DispatchSource(LoaderSource):
 
     def generator(self) -> torch.Generator | None:
         """The sampler's generator, or an iterable dataset's (the reference's convention)."""
-        owner = self.sampler() if self.loader.cursor is not None else self.loader.dataset
-        generator = getattr(owner, "generator", None)
+        cursor = self.loader.cursor
+        if cursor is not None:
+            return generator_of(getattr(cursor.batch_sampler, "batch_sampler", None))
+        generator = getattr(self.loader.dataset, "generator", None)
         return generator if isinstance(generator, torch.Generator) else None
 
     def sampler(self) -> Any:

@@ -41,6 +41,8 @@ class IndexSource(Protocol):
     def workers(self) -> int: ...
     def set_epoch(self, epoch: int) -> None: ...
     def length_after(self, base: int) -> int: ...
+    def draw_seed(self) -> int | None: ...
+    def set_draw_seed(self, seed: int) -> None: ...
 
 
 class Resumption:
@@ -144,6 +146,8 @@ class Resumption:
         sampler = self.source.sampler()
         if restore.sampler_seed is not None and isinstance(sampler, SeedableRandomSampler):
             sampler.initial_seed = restore.sampler_seed
+        if restore.draw_seed is not None:
+            self.source.set_draw_seed(restore.draw_seed)
 
     def sampler_seed(self) -> int | None:
         """The seed of a ``SeedableRandomSampler`` (its order ignores the generator's state)."""
@@ -197,9 +201,10 @@ class Resumption:
                 "resumed on this number of processes. Pass the steps consumed in the whole epoch."
             )
         workers = self.source.workers() if position.workers is None else position.workers
+        draw_seed = self.source.draw_seed() if position.draw_seed is None else position.draw_seed
         return LoaderState(
             info,
-            replace(position, epoch=position.epoch or 0, steps=steps, workers=workers),
+            replace(position, epoch=position.epoch or 0, steps=steps, workers=workers, draw_seed=draw_seed),
             consumed=position.base + (steps - position.base_steps) * info.step_size,
             world_size=world_size() if is_distributed() else None,
             streams=None if self.stream is None else self.stream.state_dict(steps)["streams"],

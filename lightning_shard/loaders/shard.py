@@ -21,6 +21,7 @@ from lightning_shard.comm.topology import Topology
 from lightning_shard.comm.tree import batch_length, send_to_device
 from lightning_shard.loaders.base import LoaderSource, ResumableLoader
 from lightning_shard.loaders.cursor import EpochCursor
+from lightning_shard.loaders.main_draws import fetch_seed, isolated_fetches
 from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.settings import (
@@ -85,6 +86,7 @@ class DataLoaderShard(ResumableLoader):
         *,
         stream_ends: StreamEnds = PAD,
         topology: Topology | None = None,
+        data_seed: int | None = None,
         **kwargs: Any,
     ) -> None:
         skip_batches = check_non_negative("skip_batches", skip_batches)
@@ -97,6 +99,8 @@ class DataLoaderShard(ResumableLoader):
         self.synchronized_generator = synchronized_generator
         self.use_stateful_dataloader = use_stateful_dataloader
         self.topology = topology
+        self.draw_seed = data_seed if data_seed is not None else torch.initial_seed()
+        """The seed of the main-process fetches' draws (``loaders/main_draws.py``)."""
         self.stream = _stream_run(dataset, stream_ends, topology)
         """The end agreement of a stream (and each process's position in a native one), else ``None``."""
         self._discard = 0
@@ -176,6 +180,7 @@ class DataLoaderShard(ResumableLoader):
             use_stateful_dataloader=self.use_stateful_dataloader,
             non_blocking=self.non_blocking,
             topology=self.topology,
+            data_seed=self.draw_seed,
             stream_ends=self.stream.stream_ends if self.stream is not None else PAD,
             **kwargs,
         )
@@ -186,12 +191,24 @@ class DataLoaderShard(ResumableLoader):
     # -- iteration --------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         synchronize_rng_states(self.rng_types, self.synchronized_generator)
-        self._seek(self.resumption.begin_epoch())
-        loaded = self._user_batches()
+        position = self.resumption.begin_epoch()
+        self._seek(position)
+        loaded = self._user_batches() if self.cursor is None else self._isolated_batches(position.start)
         batches = itertools.islice(loaded, self._discard, None) if self._discard else loaded
         if self.stream is not None:
             return self._stream_epoch(self.stream, batches)
         return self._look_ahead(batches)
+
+    def _isolated_batches(self, start: int) -> Iterator[Any]:
+        """The user's batches of a map-style epoch, their main-process draws apart from the model's."""
+        seed, epoch = self.draw_seed, self.epoch
+        process = self.topology.process_index if self.topology is not None else 0
+        return isolated_fetches(
+            self._user_batches,
+            lambda step: fetch_seed(seed, epoch, process, step),
+            start,
+            each_fetch=self.num_workers == 0,
+        )
 
     def _stream_epoch(self, stream: StreamRun, batches: Iterator[Any]) -> Iterator[Any]:
         """``_look_ahead`` for a stream: ``StreamRun`` agrees with the other processes on when all stop."""
@@ -266,6 +283,12 @@ class _ShardSource(LoaderSource):
             dataset_length=_length(loader.dataset),
             sampler=sampler_kind(self.sampler(), loader.dataset),
         )
+
+    def draw_seed(self) -> int | None:
+        return self.loader.draw_seed if self.loader.cursor is not None else None
+
+    def set_draw_seed(self, seed: int) -> None:
+        self.loader.draw_seed = seed
 
     def generator(self) -> torch.Generator | None:
         if self.loader.synchronized_generator is not None:

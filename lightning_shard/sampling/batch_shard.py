@@ -21,6 +21,7 @@ from lightning_shard.sampling.balance import (
 )
 from lightning_shard.sampling.epochs import forward_epoch
 from lightning_shard.sampling.fast_index import EpochOrder, ShardLayout, fast_epoch_order
+from lightning_shard.sampling.own_sampler import unwrapped
 
 
 class BatchSamplerShard(BatchSampler):
@@ -114,6 +115,8 @@ class BatchSamplerShard(BatchSampler):
         sampler, size = self.sampler, self.batch_size
         if self.even_batches != BALANCED or self.drop_last or size is None or not isinstance(sampler, Sized):
             return None
+        if not self._plain():
+            return None  # NOTE: a bucketing sampler's batch sizes do not follow from its sampler's length.
         length = max(len(sampler) - consumed * size, 0)
         return length if is_balanced(self.even_batches, length, self.num_processes) else None
 
@@ -135,6 +138,8 @@ class BatchSamplerShard(BatchSampler):
         """Whether, splitting without padding, this process gets no slice of the short last batch."""
         sampler, size = self.sampler, self.batch_size
         if self.even_batches or self.drop_last or size is None or not isinstance(sampler, Sized):
+            return False
+        if not self._plain():
             return False
         short = max(len(sampler) - consumed * size, 0) % size
         return 0 < short <= (size // self.num_processes) * self.process_index
@@ -196,41 +201,82 @@ class BatchSamplerShard(BatchSampler):
     def _is_full(self, batch: Sized) -> bool:
         return self.batch_size is None or len(batch) == self.batch_size
 
+    def _plain(self) -> bool:
+        """Whether the wrapped batch sampler batches its sampler as ``BatchSampler`` does: only the epoch's
+        last batch may be short, so its length follows from the sampler's."""
+        cls = type(unwrapped(self.batch_sampler))
+        return cls.__iter__ is BatchSampler.__iter__ and cls.__len__ is BatchSampler.__len__
+
     def _iter_split(self, batches: Iterable[Any]) -> Iterator[list[int]]:
+        """Slice ``r`` of every batch; a short batch (a bucketing sampler's) is held until the next one
+        arrives, so that only the epoch's last batch is padded or cut as the reference does."""
         assert self.batch_size is not None  # NOTE: checked in __init__ for split_batches.
         width = self.batch_size // self.num_processes
         lo, hi = width * self.process_index, width * (self.process_index + 1)
         first: list[int] = []
-        last: list[int] = []
+        held: Any = None
         for position, batch in enumerate(batches):
             if position == 0:
                 first = list(batch)
+            if held is not None:
+                yield self._split_short(held, position - 1)
+                held = None
             if len(batch) == self.batch_size:
                 yield batch[lo:hi]
-            last = batch
-        if self.drop_last or not first or len(last) >= self.batch_size:
+            else:
+                held = batch
+        if held is None or not first:
             return
-        if not self.even_batches:
-            if len(last) > lo:
-                yield last[lo:hi]
-            return
-        yield (list(last) + _repeat_to(first, self.batch_size))[lo:hi]
+        if self.even_batches and not self.drop_last:
+            yield (list(held) + _repeat_to(first, self.batch_size))[lo:hi]
+        elif self._plain():
+            if not self.drop_last and len(held) > lo:
+                yield held[lo:hi]
+        elif len(held) > self.process_index:
+            lo, hi = chunk(len(held), self.num_processes, self.process_index)
+            yield list(held[lo:hi])
+
+    def _split_short(self, batch: Sized, position: int) -> list[int]:
+        """This process's part of a short batch that is not the epoch's last: every sample once."""
+        if len(batch) < self.num_processes:
+            raise ValueError(
+                f"`split_batches=True`: batch {position} of the epoch has {len(batch)} samples, fewer than the "
+                f"{self.num_processes} processes, so some would get none and the step could not be taken "
+                "together. Have the batch sampler yield batches of at least as many samples as processes "
+                "(e.g. merge a bucket's short last batch into the next), or use `split_batches=False`."
+            )
+        lo, hi = chunk(len(batch), self.num_processes, self.process_index)
+        return list(batch[lo:hi])  # type: ignore[index]
 
     def _iter_whole(self, batches: Iterable[Any]) -> Iterator[list[int]]:
+        """Batch ``r`` of every round of ``N``; a round that ends with a short batch (a bucketing sampler's)
+        is held until the next batch arrives, so that only the epoch's last round is padded."""
         n, r = self.num_processes, self.process_index
         head: list[Any] = []
         mine: Any = None
+        held: Any = None
         last: Any = []
         seen = 0
         for position, batch in enumerate(batches):
+            if held is not None:
+                yield held
+                held = None
             if not self.drop_last and position < n:
                 head.append(batch)
             if position % n == r:
                 mine = batch
-            if position % n == n - 1 and self._is_full(batch):
-                yield mine
+            if position % n == n - 1:
+                if self._is_full(batch):
+                    yield mine
+                else:
+                    held = mine
                 mine = None
             last, seen = batch, position + 1
+        if held is not None:
+            if self.drop_last:
+                yield held
+                return
+            mine = held
         # NOTE: the first batches must hold something to pad with (whole batches count when sizes vary).
         has_data = bool(head) if self.batch_size is None else any(len(batch) for batch in head)
         if self.drop_last or not has_data:
@@ -239,7 +285,8 @@ class BatchSamplerShard(BatchSampler):
             if mine:
                 yield mine
             return
-        if mine and self._is_full(mine):
+        # NOTE: only the epoch's last batch is completed (`_pad_whole`); a short one before it is yielded.
+        if mine and (self._is_full(mine) or (seen - 1) % n != r):
             yield mine
         yield from self._pad_whole(head, last, seen)
 

@@ -1,0 +1,63 @@
+"""The random draws of a map-style loader's main-process fetches, kept apart from the model's
+(docs/DESIGN.md, "Random states on resume").
+
+With ``num_workers=0`` the dataset's ``__getitem__`` and the ``collate_fn`` run in the training process,
+between the model's steps, and read ahead of them (Lightning prefetches, the loader looks one batch
+ahead). Drawing from torch's global CPU generator there would interleave an augmentation's draws with
+dropout's, so that no saved state could replay both. Each fetch instead runs with that generator seeded
+from ``(seed, epoch, process, step)`` and restored after: a batch's draws depend only on where it is in
+the epoch, and the model's stream only on the model. Creating the epoch's iterator (``DataLoader`` draws
+its workers' base seed there) is isolated the same way, with workers too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+_MASK = (1 << 63) - 1
+
+
+def fetch_seed(seed: int, epoch: int, process_index: int, step: int) -> int:
+    """A seed for fetch ``step`` of ``epoch`` on ``process_index``: distinct inputs, unrelated seeds."""
+    value = seed & _MASK
+    for part in (epoch, process_index, step):
+        value = _mix(value ^ (part + 0x9E3779B97F4A7C15))
+    return value
+
+
+def _mix(value: int) -> int:
+    """SplitMix64's finaliser, to 63 bits."""
+    value = (value ^ (value >> 30)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
+    value = (value ^ (value >> 27)) * 0x94D049BB133111EB & 0xFFFFFFFFFFFFFFFF
+    return (value ^ (value >> 31)) & _MASK
+
+
+def isolated_fetches(
+    make: Callable[[], Iterator[Any]], key: Callable[[int], int], start: int, each_fetch: bool
+) -> Iterator[Any]:
+    """Iterate ``make()``: creating it, and each fetch if ``each_fetch``, with torch's CPU generator
+    seeded with ``key(step)`` (steps counted from ``start``) and the caller's state restored after."""
+    generator, step = torch.default_generator, start
+    outer = torch.get_rng_state()
+    generator.manual_seed(key(-1))
+    try:
+        source = make()
+    finally:
+        torch.set_rng_state(outer)
+    if not each_fetch:
+        yield from source
+        return
+    while True:
+        outer = torch.get_rng_state()
+        generator.manual_seed(key(step))
+        try:
+            batch = next(source)
+        except StopIteration:
+            return
+        finally:
+            torch.set_rng_state(outer)
+        yield batch
+        step += 1

@@ -1,0 +1,99 @@
+"""The user's own sampler under a real 2-process ``Trainer`` (docs/DESIGN.md, "The user's own sampler"),
+and a resumed fit equal to the uninterrupted one bit for bit ("Random states on resume"). The fits are
+``tests/scripts/own_sampler.py``; each test reads what every process trained on and its final weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.helpers.runner import run_command, script
+from tests.scripts.own_sampler import LENGTH, SAMPLERS, STOP
+
+pytestmark = pytest.mark.lightning
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("own_sampler")
+    for phase in ("two", "one", "model_parallel", "fabric"):
+        run_command(script("own_sampler", phase, str(out)), timeout=400)
+    return out
+
+
+def _records(run: Path, name: str = "fit") -> list[dict[str, Any]]:
+    return [json.loads(path.read_text()) for path in sorted(run.glob(f"{name}_rank*.json"))]
+
+
+def _batches(record: dict[str, Any]) -> list[list[int]]:
+    return [step[-1] for step in record["train"]]
+
+
+def _global_order(records: list[dict[str, Any]], epoch: int) -> list[list[int]]:
+    """The epoch's batches in global order: step 0 of every process, then step 1, ..."""
+    steps = [[step[2] for step in record["train"] if step[0] == epoch] for record in records]
+    return [batch for step in zip(*steps, strict=True) for batch in step]
+
+
+@pytest.mark.parametrize("kind", SAMPLERS)
+def test_a_fit_resumed_with_the_users_sampler_continues_the_uninterrupted_one(runs: Path, kind: str) -> None:
+    full, stop, resumed = (_records(runs / kind / name) for name in ("full2", "stop", "resume"))
+    for rank in range(2):
+        assert _batches(stop[rank]) == _batches(full[rank])[: STOP[kind]]
+        assert _batches(resumed[rank]) == _batches(full[rank])[STOP[kind] :], f"rank {rank}"
+        assert resumed[rank]["weights"] == full[rank]["weights"]
+
+
+@pytest.mark.parametrize("kind", SAMPLERS)
+def test_two_processes_train_on_the_one_process_order(runs: Path, kind: str) -> None:
+    """Every batch of the sampler once per epoch, dealt out in its order: no round lost, no sampler replaced."""
+    (one,) = _records(runs / kind / "full1")
+    two = _records(runs / kind / "full2")
+    for epoch in range(2):
+        alone = [step[2] for step in one["train"] if step[0] == epoch]
+        together = _global_order(two, epoch)
+        assert together[: len(alone)] == alone
+        padding = together[len(alone) :]
+        assert len(padding) < 2, "at most one batch completes the last round"
+    ids = {index for batch in alone for index in batch}
+    if kind == "filtering":
+        assert ids == set(range(0, LENGTH, 2)), "the subclass's filter holds"
+    elif kind != "weighted":
+        assert ids == set(range(LENGTH))
+
+
+@pytest.mark.parametrize("kind", SAMPLERS)
+def test_len_is_what_the_epoch_yields(runs: Path, kind: str) -> None:
+    for record in _records(runs / kind / "full2"):
+        steps = [sum(step[0] == epoch for step in record["train"]) for epoch in range(2)]
+        assert record["lengths"] == steps
+
+
+@pytest.mark.parametrize("name", ["ddp", "model_parallel"])
+def test_a_resumed_fit_with_dropout_ends_with_the_uninterrupted_weights(runs: Path, name: str) -> None:
+    full, resumed = _records(runs / name / "full"), _records(runs / name / "resume")
+    assert len(full) == len(resumed) == 2
+    for before, after in zip(full, resumed, strict=True):
+        assert _batches(after) == _batches(before)[-len(after["train"]) :]
+        assert after["weights"] == before["weights"], "bit for bit"
+
+
+def test_a_fabric_run_resumed_with_dropout_ends_with_the_uninterrupted_weights(runs: Path) -> None:
+    for rank in range(2):
+        full, resumed = (_records(runs / "fabric", name)[rank] for name in ("full", "resume"))
+        assert resumed["train"] == full["train"][-len(resumed["train"]) :]
+        assert resumed["weights"] == full["weights"]
+
+
+@pytest.mark.parametrize("checkpoint", ["ddp/checkpoints/step=5.ckpt", "fabric/stop.ckpt"])
+def test_the_saved_random_states_load_with_weights_only(runs: Path, checkpoint: str) -> None:
+    saved = torch.load(runs / checkpoint, weights_only=True)
+    states = saved["callbacks"] if "callbacks" in saved else saved
+    random_states = states["lightning_shard.random_states"]
+    assert random_states["world_size"] == 2
+    for state in random_states["states"]:
+        assert {"torch", "python", "numpy"} <= set(state)

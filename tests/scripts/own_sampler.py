@@ -1,0 +1,224 @@
+"""Fits with the user's own sampler and with the model's own randomness, for
+``tests/lightning/test_own_sampler.py``, one phase per call:
+
+    python -m tests.scripts.own_sampler PHASE OUT_DIR   (from the repository root)
+
+``two`` (2 processes, ``ShardStrategy``): for each sampler of ``tests/helpers/samplers.py`` and
+``WeightedRandomSampler`` without a generator, an uninterrupted fit, a fit stopped in epoch 1 with a
+checkpoint, and that checkpoint resumed; then a model with dropout over data augmented in the main process
+(``num_workers=0``, torch's global RNG), uninterrupted, stopped mid-epoch and resumed. ``one`` (1 process):
+the samplers' uninterrupted fits. ``model_parallel`` (2 processes, data parallel 2, FSDP2): the dropout
+fits with ``ShardModelParallelStrategy``. ``fabric`` (2 processes): the dropout run with
+``ShardFabricStrategy``, saved and loaded through ``fabric.save`` / ``fabric.load``. Each fit records the
+ids of every step and its final weights, exactly (``float.hex``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
+
+import lightning_shard  # noqa: F401 - registers the "shard" strategies
+from lightning_shard import ShardFabricStrategy, ShardModelParallelStrategy
+from tests.helpers.lightning_app import Recorder, RecordMap, features, trainer
+from tests.helpers.samplers import Buckets, Evens, GlobalPermutation, MaxTokens
+
+LENGTH, BATCH = 50, 4
+SAMPLERS = ("bucketing", "max_tokens", "filtering", "weighted", "global_rng")
+STOP = {"bucketing": 10, "max_tokens": 9, "filtering": 6, "weighted": 9, "global_rng": 9}
+"""Steps after which each stopped fit checkpoints: two or three steps into epoch 1 on 2 processes."""
+DROPOUT_STOP = 5
+
+
+def sampler_loader(kind: str) -> DataLoader:
+    data = RecordMap(LENGTH)
+    if kind == "bucketing":
+        return DataLoader(data, batch_sampler=Buckets(LENGTH, BATCH, bucket=10))
+    if kind == "max_tokens":
+        return DataLoader(data, batch_sampler=MaxTokens(LENGTH))
+    if kind == "filtering":
+        return DataLoader(data, sampler=Evens(data), batch_size=BATCH)
+    if kind == "weighted":
+        weights = [1.0 + (index % 3) for index in range(LENGTH)]
+        return DataLoader(
+            data, sampler=WeightedRandomSampler(weights, LENGTH, replacement=True), batch_size=BATCH
+        )
+    return DataLoader(data, sampler=GlobalPermutation(LENGTH), batch_size=BATCH)
+
+
+class Exact(Recorder):
+    """``Recorder`` that also writes its final weights exactly and the length Lightning measured."""
+
+    def on_train_epoch_start(self) -> None:
+        self.records.setdefault("lengths", []).append(self.trainer.num_training_batches)
+
+    def on_fit_end(self) -> None:
+        self.records["weights"] = [value.hex() for p in self.parameters() for value in _values(p)]
+        super().on_fit_end()
+
+
+def _values(parameter: Tensor) -> list[float]:
+    local = parameter.to_local() if hasattr(parameter, "to_local") else parameter
+    return [float(value) for value in local.detach().double().flatten().tolist()]
+
+
+def _dir(out: Path, name: str) -> Path:
+    path = out / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def sampler_fits(out: Path, kind: str, devices: int) -> None:
+    """The uninterrupted fit; on 2 processes also the stopped one and its resume."""
+    full = _dir(out, f"{kind}/full{devices}")
+    pl.seed_everything(0)
+    trainer(full, devices=devices, max_epochs=2).fit(Exact(str(full)), sampler_loader(kind))
+    if devices == 1:
+        return
+    stop, checkpoints = _dir(out, f"{kind}/stop"), out / kind / "checkpoints"
+    save = ModelCheckpoint(checkpoints, every_n_train_steps=STOP[kind], filename="{step}")
+    pl.seed_everything(0)
+    trainer(stop, max_steps=STOP[kind], callbacks=[save], enable_checkpointing=True).fit(
+        Exact(str(stop)), sampler_loader(kind)
+    )
+    resume = _dir(out, f"{kind}/resume")
+    (checkpoint,) = checkpoints.glob("*.ckpt")
+    pl.seed_everything(1)  # NOTE: nothing but the checkpoint may carry the order
+    trainer(resume, max_epochs=2).fit(Exact(str(resume)), sampler_loader(kind), ckpt_path=str(checkpoint))
+
+
+# -- the model's own randomness ---------------------------------------------------------------------
+class Augmented(Dataset):
+    """``RecordMap`` with noise from torch's global RNG added to every sample, in the process that loads."""
+
+    def __len__(self) -> int:
+        return LENGTH
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        x = features(index) + 0.1 * torch.randn(4)
+        return {"id": index, "x": x, "y": x.sum(0, keepdim=True)}
+
+
+def augmented_loader() -> DataLoader:
+    return DataLoader(Augmented(), batch_size=BATCH, shuffle=True)
+
+
+class Dropout(Exact):
+    """Two layers with dropout between them, momentum SGD."""
+
+    def __init__(self, out_dir: str) -> None:
+        super().__init__(out_dir)
+        del self.layer  # NOTE: unused here; DDP refuses parameters that get no gradient
+        self.net = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Dropout(0.5), nn.Linear(16, 1))
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        self.records["train"].append([self.current_epoch, batch_idx, batch["id"].tolist()])
+        return nn.functional.mse_loss(self.net(batch["x"]), batch["y"])
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.net.parameters(), lr=0.05, momentum=0.9)
+
+
+class ShardedDropout(Dropout):
+    """``Dropout`` sharded with FSDP2 over the data-parallel mesh dimension."""
+
+    def configure_model(self) -> None:
+        from torch.distributed.fsdp import fully_shard
+
+        fully_shard(self.net, mesh=self.device_mesh["data_parallel"])
+
+
+def dropout_fits(out: Path, name: str, make_strategy: Any, model: type[Dropout]) -> None:
+    """Uninterrupted, stopped after ``DROPOUT_STOP`` steps (mid-epoch 0), resumed: 2 epochs."""
+    full = _dir(out, f"{name}/full")
+    pl.seed_everything(0)
+    trainer(full, make_strategy(), max_epochs=2).fit(model(str(full)), augmented_loader())
+    stop, checkpoints = _dir(out, f"{name}/stop"), out / name / "checkpoints"
+    save = ModelCheckpoint(checkpoints, every_n_train_steps=DROPOUT_STOP, filename="{step}")
+    pl.seed_everything(0)
+    trainer(stop, make_strategy(), max_steps=DROPOUT_STOP, callbacks=[save], enable_checkpointing=True).fit(
+        model(str(stop)), augmented_loader()
+    )
+    resume = _dir(out, f"{name}/resume")
+    (checkpoint,) = checkpoints.glob("*.ckpt")
+    pl.seed_everything(1)
+    trainer(resume, make_strategy(), max_epochs=2).fit(
+        model(str(resume)), augmented_loader(), ckpt_path=str(checkpoint)
+    )
+
+
+def fabric_dropout(out: Path) -> None:
+    """The dropout run in a Fabric loop: uninterrupted, stopped after ``DROPOUT_STOP`` steps, resumed."""
+    fabric = L.Fabric(accelerator="cpu", devices=2, strategy=ShardFabricStrategy())
+    fabric.launch()
+    run = _dir(out, "fabric")
+
+    def setup(seed: int) -> tuple[Any, Any, Any]:
+        L.seed_everything(seed)
+        net = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Dropout(0.5), nn.Linear(16, 1))
+        model, optimizer = fabric.setup(net, torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9))
+        return model, optimizer, fabric.setup_dataloaders(augmented_loader())
+
+    def train(model: Any, optimizer: Any, data: Any, start: int, stop: int | None) -> list[Any]:
+        steps: list[Any] = []
+        for epoch in range(start, 2):
+            for batch in data:
+                loss = nn.functional.mse_loss(model(batch["x"]), batch["y"])
+                optimizer.zero_grad()
+                fabric.backward(loss)
+                optimizer.step()
+                steps.append([epoch, batch["id"].tolist()])
+                if stop is not None and len(steps) == stop:
+                    return steps
+        return steps
+
+    def write(name: str, model: Any, steps: list[Any]) -> None:
+        weights = [value.hex() for p in model.parameters() for value in _values(p)]
+        record = {"train": steps, "weights": weights}
+        (run / f"{name}_rank{fabric.global_rank}.json").write_text(json.dumps(record))
+
+    model, optimizer, data = setup(0)
+    write("full", model, train(model, optimizer, data, 0, None))
+    model, optimizer, data = setup(0)
+    steps = train(model, optimizer, data, 0, DROPOUT_STOP)
+    fabric.save(run / "stop.ckpt", {"model": model, "optimizer": optimizer, "loader": data, "epoch": 0})
+    write("stop", model, steps)
+    model, optimizer, data = setup(1)
+    rest = fabric.load(run / "stop.ckpt", {"model": model, "optimizer": optimizer, "loader": data})
+    write("resume", model, train(model, optimizer, data, rest["epoch"], None))
+    fabric.barrier()  # NOTE: every rank ends here before any exits (tests/scripts/fabric_run.py).
+
+
+def _model_parallel() -> ShardModelParallelStrategy:
+    return ShardModelParallelStrategy(
+        data_parallel_size=2, tensor_parallel_size=1, save_distributed_checkpoint=False
+    )
+
+
+def main(phase: str, out: Path) -> None:
+    if phase == "two":
+        for kind in SAMPLERS:
+            sampler_fits(out, kind, 2)
+        dropout_fits(out, "ddp", lambda: "shard", Dropout)
+    elif phase == "one":
+        for kind in SAMPLERS:
+            sampler_fits(out, kind, 1)
+    elif phase == "model_parallel":
+        dropout_fits(out, "model_parallel", _model_parallel, ShardedDropout)
+    elif phase == "fabric":
+        fabric_dropout(out)
+    else:
+        raise SystemExit(f"unknown phase {phase!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]))
