@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml $(TORCH_PIN)
 	$(PY) -m pip install -q --upgrade pip
 	# NOTE: torch first, pinned: the CPU build is cached here; any other pulls a multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c $(TORCH_PIN) -e ".[test]"
+	$(PY) -m pip install -q -c $(TORCH_PIN) -e ".[test,dev]"
 	$(PY) -m pip install -q -c $(TORCH_PIN) --no-deps $(LITDATA)
 	$(PY) -m pip install -q -c $(TORCH_PIN) $(LITDATA_DEPS)
 	# NOTE: in case anything else pulled `torchvision` in; then check that LitData imports and torch is the pin.

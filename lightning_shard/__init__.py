@@ -62,4 +62,4 @@ __all__ = [
     "prepare_data_loader",
     "skip_first_batches",
 ]
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -13,11 +13,12 @@ processes).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from lightning.fabric.strategies import DDPStrategy
-from lightning.fabric.utilities.types import _PATH
 from torch.nn import Module
+from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 from typing_extensions import override
@@ -26,6 +27,7 @@ from lightning_shard.comm.collectives import destroy_group_at_exit
 from lightning_shard.comm.random_states import gather_states, own_state, random_streams_notice, restore
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import StrategyRegistryType, register_names
+from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.stages import is_shard_loader
 from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_with_options
@@ -53,6 +55,8 @@ class ShardFabricStrategy(DDPStrategy):
 
     Raises:
         ValueError / TypeError: on inconsistent options (see ``ShardOptions``).
+        TypeError: on a keyword that is neither an option nor an argument of Fabric's ``DDPStrategy`` or
+            ``DistributedDataParallel``, naming the closest one.
     """
 
     REGISTERED_NAMES: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -79,6 +83,7 @@ class ShardFabricStrategy(DDPStrategy):
         **kwargs: Any,
     ) -> None:
         options = locals()
+        check_keywords(type(self), kwargs, (DDPStrategy.__init__, DistributedDataParallel.__init__))
         super().__init__(**kwargs)
         self.options = ShardOptions.from_kwargs(options)
 
@@ -108,7 +113,7 @@ class ShardFabricStrategy(DDPStrategy):
     @override
     def save_checkpoint(
         self,
-        path: _PATH,
+        path: str | Path,
         state: dict[str, Module | Optimizer | Any],
         storage_options: Any | None = None,
         filter: dict[str, Callable[[str, Any], bool]] | None = None,
@@ -120,7 +125,7 @@ class ShardFabricStrategy(DDPStrategy):
     @override
     def load_checkpoint(
         self,
-        path: _PATH,
+        path: str | Path,
         state: Module | Optimizer | dict[str, Module | Optimizer | Any] | None = None,
         strict: bool = True,
         weights_only: bool | None = None,

@@ -13,11 +13,12 @@ from lightning.fabric.plugins.collectives.torch_collective import default_pg_tim
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import FSDPStrategy
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import CPUOffload, MixedPrecision, ShardingStrategy
+from torch.distributed.fsdp import CPUOffload, FullyShardedDataParallel, MixedPrecision, ShardingStrategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 from torch.nn import Module
 from typing_extensions import override
 
+from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.sharding import StrategySharding
 from lightning_shard.lightning.strategy import ShardingHooks
 from lightning_shard.sampling.balance import EvenBatches
@@ -48,6 +49,8 @@ class ShardFSDPStrategy(ShardingHooks, FSDPStrategy):
 
     Raises:
         ValueError / TypeError: on inconsistent options (see ``ShardOptions`` and ``StrategyOptions``).
+        TypeError: on a keyword that is neither an option nor an argument of ``FSDPStrategy`` or
+            ``FullyShardedDataParallel``, naming the closest one.
     """
 
     REGISTERED_NAMES = (("shard_fsdp", {}),)
@@ -89,6 +92,7 @@ class ShardFSDPStrategy(ShardingHooks, FSDPStrategy):
         gather_predictions: bool = True,
         **kwargs: Any,
     ) -> None:
+        check_keywords(type(self), kwargs, (FSDPStrategy.__init__, FullyShardedDataParallel.__init__))
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,

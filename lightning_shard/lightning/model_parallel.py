@@ -12,6 +12,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from typing_extensions import override
 
 from lightning_shard.comm.topology import Topology, mesh_topology
+from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.sharding import StrategySharding
 from lightning_shard.lightning.strategy import ShardingHooks
 from lightning_shard.sampling.balance import EvenBatches
@@ -34,6 +35,10 @@ class ShardModelParallelStrategy(ShardingHooks, ModelParallelStrategy):
     Keyword arguments: the loader options (the fields of ``ShardOptions``) and the strategy options
     (those of ``StrategyOptions``), both documented in the options table. ``rng_types`` defaults to
     ``("generator",)`` here.
+
+    Args:
+        **kwargs: an argument a newer ``ModelParallelStrategy`` takes, passed to it; any other keyword is
+            refused (``TypeError``) with the closest option or argument named.
 
     Raises:
         ValueError / TypeError: on inconsistent options (see ``ShardOptions`` and ``StrategyOptions``).
@@ -65,13 +70,16 @@ class ShardModelParallelStrategy(ShardingHooks, ModelParallelStrategy):
         audit: bool = False,
         audit_raise: bool = False,
         gather_predictions: bool = True,
+        **kwargs: Any,
     ) -> None:
+        check_keywords(type(self), kwargs, (ModelParallelStrategy.__init__,))
         super().__init__(
             data_parallel_size=data_parallel_size,
             tensor_parallel_size=tensor_parallel_size,
             save_distributed_checkpoint=save_distributed_checkpoint,
             process_group_backend=process_group_backend,
             timeout=timeout,
+            **kwargs,
         )
         self._sharding = StrategySharding(self, locals())
         self._mesh_topology: tuple[Any, Topology] | None = None

@@ -10,6 +10,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.strategies import DDPStrategy, ParallelStrategy
 from torch.nn import Module
+from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
 from typing_extensions import override
 
@@ -17,6 +18,7 @@ from lightning_shard.comm.collectives import destroy_group_at_exit
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import StrategyRegistryType, register_names
 from lightning_shard.lightning.audit_callback import EpochAudit
+from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.plan import ShardPlan
 from lightning_shard.lightning.schedulers import SchedulerScaling
 from lightning_shard.lightning.sharding import StrategySharding, exact_mean
@@ -230,6 +232,8 @@ class ShardStrategy(ShardingHooks, DDPStrategy):
 
     Raises:
         ValueError / TypeError: on inconsistent options (see ``ShardOptions`` and ``StrategyOptions``).
+        TypeError: on a keyword that is neither an option nor an argument of ``DDPStrategy`` or
+            ``DistributedDataParallel``, naming the closest one.
     """
 
     REGISTERED_NAMES = (("shard", {"start_method": "popen"}), ("shard_spawn", {"start_method": "spawn"}))
@@ -255,5 +259,6 @@ class ShardStrategy(ShardingHooks, DDPStrategy):
         gather_predictions: bool = True,
         **kwargs: Any,
     ) -> None:
+        check_keywords(type(self), kwargs, (DDPStrategy.__init__, DistributedDataParallel.__init__))
         super().__init__(**kwargs)
         self._sharding = StrategySharding(self, locals())

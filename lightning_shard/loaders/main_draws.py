@@ -16,8 +16,21 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch.utils.data import TensorDataset, default_collate, default_convert
 
 _MASK = (1 << 63) - 1
+_DRAW_FREE_DATASETS = (TensorDataset, range, list, tuple, torch.Tensor)
+"""Dataset types whose ``__getitem__`` draws nothing."""
+_DRAW_FREE_COLLATES = (default_collate, default_convert)
+
+
+def fetches_may_draw(dataset: object, collate_fn: object) -> bool:
+    """Whether fetching from ``dataset`` and collating with ``collate_fn`` may draw random numbers.
+
+    NOTE: keeping a fetch apart costs a few microseconds; torch's own datasets and collate functions draw
+    nothing, so a loader of only those skips it.
+    """
+    return not (isinstance(dataset, _DRAW_FREE_DATASETS) and collate_fn in _DRAW_FREE_COLLATES)
 
 
 def fetch_seed(seed: int, epoch: int, process_index: int, step: int) -> int:

@@ -261,4 +261,15 @@ def _stream_epoch_workers(saved: LoaderState, info: ShardingInfo, num_workers: i
 
 
 class WorkerCountWarning(UserWarning):
-    """A stream's epoch resumed under another ``num_workers`` finishes with the count it was saved with."""
+    """A stream's epoch resumed under another ``num_workers`` finishes with the count it was saved with.
+
+    The rest of that epoch is read by as many workers as it was saved with (a stream's split among workers
+    cannot change mid-epoch); the next epoch uses the loader's own ``num_workers``.
+    """
+
+    def __init__(self, message: str) -> None:
+        """
+        Args:
+            message: the saved and the current worker counts.
+        """
+        super().__init__(message)

@@ -21,7 +21,7 @@ from lightning_shard.comm.topology import Topology
 from lightning_shard.comm.tree import batch_length, send_to_device
 from lightning_shard.loaders.base import LoaderSource, ResumableLoader
 from lightning_shard.loaders.cursor import EpochCursor
-from lightning_shard.loaders.main_draws import fetch_seed, isolated_fetches
+from lightning_shard.loaders.main_draws import fetch_seed, fetches_may_draw, isolated_fetches
 from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.settings import (
@@ -207,7 +207,7 @@ class DataLoaderShard(ResumableLoader):
             self._user_batches,
             lambda step: fetch_seed(seed, epoch, process, step),
             start,
-            each_fetch=self.num_workers == 0,
+            each_fetch=self.num_workers == 0 and fetches_may_draw(self.dataset, self.collate_fn),
         )
 
     def _stream_epoch(self, stream: StreamRun, batches: Iterator[Any]) -> Iterator[Any]:

@@ -45,9 +45,18 @@ class ShardableStream(Protocol):
     """
 
     @property
-    def n_shards(self) -> int: ...
+    def n_shards(self) -> int:
+        """How many pieces the stream is made of: at most this many processes (times workers) can share it."""
+        ...
 
-    def shard(self, num_shards: int, index: int) -> Any: ...
+    def shard(self, num_shards: int, index: int) -> Any:
+        """The ``index``-th of ``num_shards`` disjoint groups of whole pieces, itself a ``ShardableStream``.
+
+        Args:
+            num_shards: how many groups to split the stream into (at most ``n_shards``).
+            index: which group, from 0 to ``num_shards - 1``.
+        """
+        ...
 
 
 @dataclass(frozen=True)
@@ -112,7 +121,18 @@ def say_fallback(sharding: StreamSharding, num_processes: int, process_index: in
 
 
 class StreamShardingWarning(UserWarning):
-    """``iterable_sharding="auto"`` fell back to striding (every process reads the whole stream)."""
+    """``iterable_sharding="auto"`` fell back to striding (every process reads the whole stream).
+
+    Issued once, on rank 0, when a loader is prepared; filter it with
+    ``warnings.filterwarnings("ignore", category=StreamShardingWarning)`` when striding is intended.
+    """
+
+    def __init__(self, message: str) -> None:
+        """
+        Args:
+            message: why the stream cannot be split natively, and how to make it so.
+        """
+        super().__init__(message)
 
 
 def _cannot_shard(dataset: Any, num_processes: int) -> str | None:

@@ -5,7 +5,10 @@ with a title (```` ```python title="train.py" ````) is a file the reader saves a
 same title are joined into that file, which runs as ``python train.py`` in its own process (Lightning
 re-runs it for process 1) where its last block stands, unless another file of the page imports it (a
 module such as ``model.py``). A block whose first line is ``# not run: <why>``
-is skipped.
+is skipped. A ```` ```text title="output of train.py" ```` block is what that file prints: each of its lines
+must end a line of the file's output (a logger may prefix it), so a figure a page states fails the test
+when the code no longer gives it; a ```` ```text title="output" ```` block is what the page's untitled
+blocks print. The README runs as a page too.
 """
 
 from __future__ import annotations
@@ -14,8 +17,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-DOCS = Path(__file__).parents[2] / "docs"
+ROOT = Path(__file__).parents[2]
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
 _FENCE = re.compile(r'^(?P<indent>\s*)```python(?:\s+title="(?P<title>[^"]+)")?\s*$')
+_OUTPUT = re.compile(r'^(?P<indent>\s*)```text\s+title="output(?: of (?P<title>[^"]+))?"\s*$')
 NOT_RUN = "# not run:"
 
 
@@ -34,11 +40,28 @@ class Block:
 
 def blocks(page: Path) -> list[Block]:
     """The Python blocks of ``page``, in order, dedented to their fence."""
+    return _fenced(page, _FENCE)
+
+
+def outputs(page: Path) -> list[Block]:
+    """The output blocks of ``page``: ``title`` names the file whose output each one shows (``None``: the
+    page's untitled blocks)."""
+    return _fenced(page, _OUTPUT)
+
+
+def missing_output(expected: Block, output: str) -> list[str]:
+    """The lines of ``expected`` that end no line of ``output``."""
+    got = [line.rstrip() for line in output.splitlines()]
+    wanted = [line.strip() for line in expected.code.splitlines() if line.strip()]
+    return [line for line in wanted if not any(have.endswith(line) for have in got)]
+
+
+def _fenced(page: Path, opening: re.Pattern[str]) -> list[Block]:
     found: list[Block] = []
     lines = page.read_text().splitlines()
     index = 0
     while index < len(lines):
-        fence = _FENCE.match(lines[index])
+        fence = opening.match(lines[index])
         index += 1
         if fence is None:
             continue
@@ -52,8 +75,12 @@ def blocks(page: Path) -> list[Block]:
 
 
 def pages() -> list[Path]:
-    """Every documentation page with at least one Python block."""
-    return [page for page in sorted(DOCS.rglob("*.md")) if blocks(page)]
+    """Every documentation page with at least one Python block, and the README."""
+    return [page for page in [*sorted(DOCS.rglob("*.md")), README] if blocks(page)]
+
+
+def page_id(page: Path) -> str:
+    return str(page.relative_to(DOCS if page.is_relative_to(DOCS) else ROOT))
 
 
 def files(page_blocks: list[Block]) -> dict[str, str]:

@@ -48,11 +48,20 @@ def test_an_unknown_lightning_layout_names_the_supported_range() -> None:
     assert supported_range() in str(refused.value) and install_fix() in str(refused.value)
 
 
-def _lower_bounds() -> dict[str, str]:
+def _declared() -> dict[str, str]:
+    """Each dependency's requirement as ``pyproject.toml`` declares it (``lightning>=2.5,<2.7``)."""
     text = (ROOT / "pyproject.toml").read_text()
-    found = dict(re.findall(r'"(torch|lightning|torchdata)>=([\d.]+)"', text))
-    assert set(found) == {"torch", "lightning", "torchdata"}, found
-    return found
+    found = dict(re.findall(r'"((torch|lightning|torchdata)>=[\d.]+(?:,<[\d.]+)?)"', text))
+    assert set(found.values()) == {"torch", "lightning", "torchdata"}, found
+    return {name: requirement for requirement, name in found.items()}
+
+
+def _lower_bounds() -> dict[str, str]:
+    return {name: requirement.split(">=")[1].split(",")[0] for name, requirement in _declared().items()}
+
+
+def test_declared_lightning_range_is_the_tested_one() -> None:
+    assert f'pip install "{_declared()["lightning"]}"' == install_fix()
 
 
 def _oldest_pins() -> dict[str, str]:
@@ -71,8 +80,8 @@ def test_declared_lower_bounds_are_the_releases_test_oldest_runs() -> None:
 def test_readme_states_the_tested_matrix() -> None:
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Supported versions", 1)[1].split("\n## ", 1)[0]
-    for name, bound in _lower_bounds().items():
-        assert f"`{name}>={bound}`" in section, name
+    for name, requirement in _declared().items():
+        assert f"`{requirement}`" in section, name
     pins = _oldest_pins()
     for label, name in (("Lightning", "lightning"), ("torchdata", "torchdata")):
         assert f"{label} {pins[name]}" in section, name

@@ -1,0 +1,73 @@
+"""Unknown keywords refused when a ``Shard*`` strategy is built, naming the closest known one.
+
+Every ``Shard*`` strategy passes the keywords it does not name itself to its Lightning parent, and
+Lightning's ``DDPStrategy`` / ``FSDPStrategy`` pass the ones they do not name to torch's wrapper
+(``DistributedDataParallel``, ``FullyShardedDataParallel``) only when the fit sets the model up. A typo
+(``split_batch=True``) or a look-alike (``datа_seed`` with a Cyrillic ``а``) would fail there, with torch's
+message and no hint. ``check_keywords`` refuses it at construction instead, with the closest name among the
+strategy's own options and its parents' parameters (read with ``inspect.signature``, so a parameter a newer
+Lightning or torch adds passes through).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import unicodedata
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+_NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+_NOT_OURS_TO_PASS = frozenset({"self", "module"})
+"""Parameters a parent fills itself (``module``: the model the wrapper wraps)."""
+
+
+def parameter_names(function: Callable[..., Any]) -> list[str]:
+    """The names ``function`` takes by keyword (its ``**kwargs`` and ``self`` excluded)."""
+    parameters = inspect.signature(function).parameters.values()
+    return [p.name for p in parameters if p.kind in _NAMED and p.name not in _NOT_OURS_TO_PASS]
+
+
+def check_keywords(strategy: type, passed: Mapping[str, Any], parents: Iterable[Callable[..., Any]]) -> None:
+    """Refuse a keyword that neither ``strategy`` nor any of ``parents`` takes.
+
+    Args:
+        strategy: the ``Shard*`` strategy being built (its ``__init__`` names its own options).
+        passed: the keywords its ``__init__`` did not name, which it passes on.
+        parents: the callables those keywords end up in (a Lightning strategy's ``__init__``, torch's
+            ``DistributedDataParallel``), in the order they receive them.
+
+    Raises:
+        TypeError: on the first unknown keyword, with the closest known name.
+    """
+    parents = list(parents)
+    accepted = {name for parent in parents for name in parameter_names(parent)}
+    unknown = [name for name in passed if name not in accepted]
+    if unknown:
+        known = sorted(set(parameter_names(strategy)) | accepted)
+        raise TypeError(_refusal(strategy.__name__, unknown[0], passed[unknown[0]], known, parents))
+
+
+def _refusal(
+    strategy: str, name: str, value: Any, known: list[str], parents: list[Callable[..., Any]]
+) -> str:
+    owners = " or ".join(f"`{parent.__qualname__.split('.')[0]}`" for parent in parents)
+    close = difflib.get_close_matches(name, known, n=1)
+    fix = (
+        f"Did you mean `{close[0]}`?"
+        if close
+        else f"Use an option of the options table or an argument of {owners}."
+    )
+    return (
+        f"`{strategy}` got an unknown keyword argument `{name}={value!r}`{_look_alike(name)}: it is neither "
+        f"an option of `{strategy}` nor an argument of {owners}. {fix}"
+    )
+
+
+def _look_alike(name: str) -> str:
+    """`` (its ... is not ASCII)`` when ``name`` holds a character that only looks like an ASCII one."""
+    foreign = [char for char in name if not char.isascii()]
+    if not foreign:
+        return ""
+    described = ", ".join(f"{char!r} U+{ord(char):04X} {unicodedata.name(char, '?')}" for char in foreign)
+    return f" (it holds the non-ASCII {described})"
