@@ -25,7 +25,11 @@ from tests.scripts.reliability import FREEZE_TIMEOUT, KILL_AT, LENGTH
 pytestmark = pytest.mark.lightning
 
 BOUND = 60.0
-"""Seconds within which every surviving process must have failed and exited: beyond, it hangs."""
+"""Seconds from a point after start-up (a signal, or the end of a collective timeout) within which every
+surviving process must have failed and exited: a hang never ends, and an error surfaces in well under a
+second on idle cores (``benchmarks/RELIABILITY.md``), so 60 s leaves room for 2 cores under a load
+average of 10 or more. Start-up itself is not bounded here: the launcher's silence bound catches a hang
+there (``LAUNCH_TIMEOUT`` seconds without an output line)."""
 LAUNCH_TIMEOUT = 240.0
 
 
@@ -123,10 +127,11 @@ def test_audit_raise_stops_every_process_together(audited: tuple[Path, str]) -> 
 
 
 def test_uneven_training_is_refused_on_every_process(audited: tuple[Path, str]) -> None:
+    # NOTE: no bound on the seconds: they include the fit's start-up; both processes recording the
+    # refusal (and the launch ending) is what shows that neither hung.
     refusals = [_json(audited[0] / "uneven" / f"refused_rank{rank}.json") for rank in (0, 1)]
     for refusal in refusals:
         assert "`even_batches=False`" in refusal["message"] and "[7, 6]" in refusal["message"]
-        assert refusal["seconds"] < BOUND
     print("even_batches=False refused after", [round(refusal["seconds"], 3) for refusal in refusals], "s")
 
 
@@ -169,12 +174,23 @@ def test_a_killed_rank_0_ends_rank_1_with_an_error(tmp_path: Path) -> None:
 
 
 def test_a_stopped_peer_ends_the_other_after_the_timeout(tmp_path: Path) -> None:
+    """The timeout is armed after the first step, so only the stopped peer can trip it; rank 0's error is
+    the timeout's, within the timeout plus ``BOUND`` of the signal (a hang never ends)."""
     launched = launch("freeze", tmp_path)
+    run = tmp_path / "freeze"
     assert launched.returncode == 1, launched.output[-3000:]
-    error_after, _, _ = _after_signal(tmp_path / "freeze", launched)
+    assert (run / "armed_rank0.json").exists(), (
+        f"rank 0 failed before its first step:\n{launched.output[-3000:]}"
+    )
+    failure = _json(run / "failure_rank0.json")
+    assert failure["error"] == "RuntimeError" and "timeout" in failure["message"].lower(), failure
+    error_after, _, signalled = _after_signal(run, launched)
+    assert _json(run / "armed_rank0.json")["time"] <= signalled, "armed before rank 1 stopped"
     timeout = FREEZE_TIMEOUT.total_seconds()
-    assert timeout - 1 <= error_after < BOUND
-    print(f"SIGSTOP of rank 1: rank 0 raised after {error_after:.2f}s (`timeout={timeout:.0f}s`)")
+    assert error_after < timeout + BOUND, f"rank 0 raised {error_after:.1f}s after the signal: a hang"
+    print(
+        f"SIGSTOP of rank 1: rank 0 raised after {error_after:.2f}s (timeout {timeout:.0f}s, armed at step 1)"
+    )
 
 
 def test_the_killed_fit_checkpointed_every_2_steps(killed: tuple[Path, Launch]) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import _set_pg_timeout
 from torch.utils.data import DataLoader
 
 from lightning_shard import prepare_data_loader
@@ -30,7 +31,18 @@ BOUND = 60.0
 """Seconds after which ``run_distributed`` kills every process: a hang fails instead of stalling."""
 
 COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=3)
-"""What a user sets with ``init_process_group(timeout=...)`` (Lightning: ``DDPStrategy(timeout=...)``)."""
+"""What a user sets with ``init_process_group(timeout=...)`` (Lightning: ``DDPStrategy(timeout=...)``),
+armed on the training loop's group once every process is set up (``armed``)."""
+
+
+def armed(group: Any) -> Any:
+    """``group`` with ``COLLECTIVE_TIMEOUT`` from now on: after a barrier that every process reaches once set
+    up. NOTE: a group created with that timeout is bounded by it from its creation, which waits for every
+    process; on a loaded machine a process can arrive there or at its first step later than 3 s, and the
+    scenario would fail before the failure it stages."""
+    dist.barrier(group=group)
+    _set_pg_timeout(COLLECTIVE_TIMEOUT, group)
+    return group
 
 
 def train(loader: Any, group: Any = None) -> list[list[int]]:
@@ -174,9 +186,10 @@ def test_dispatch_stops_every_process_when_process_0_runs_out(
 
 # -- (b) one process's dataset raises in shard mode --------------------------------------------------
 def shard_with_failing_sample(rank: int, world_size: int, failing_process_stays: bool) -> dict[str, Any]:
-    group = dist.new_group(timeout=COLLECTIVE_TIMEOUT)
+    group = dist.new_group()
     # Sample 10 is in process 1's shard only: in batches of 2, process 1 gets [2, 3], [6, 7], [10, 11] ...
     loader = prepare_data_loader(DataLoader(IdMap(16, bad=10), batch_size=2))
+    group = armed(group)
     result = outcome(lambda: train(loader, group))
     if rank == 1 and failing_process_stays:
         # NOTE: the process catches the error and stays in the group without joining its collectives
@@ -206,8 +219,9 @@ def test_shard_failure_on_one_process_surfaces_on_the_others(failing_process_sta
 
 # -- (c) an iterable stream that raises on one process only -----------------------------------------
 def iterable_failing_on_one_process(rank: int, world_size: int) -> dict[str, Any]:
-    group = dist.new_group(timeout=COLLECTIVE_TIMEOUT)
+    group = dist.new_group()
     loader = prepare_data_loader(DataLoader(IdStream(12, bad=5 if rank == 1 else None), batch_size=2))
+    group = armed(group)
     return outcome(lambda: train(loader, group))
 
 

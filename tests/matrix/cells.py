@@ -30,6 +30,7 @@ AXES: dict[str, tuple[object, ...]] = {
         "subclass",
         "unbatched",
     ),
+    "sampler": ("default", "bucketing", "max_tokens", "weighted", "weighted_gen", "filtering", "global_rng"),
     "workers": (0, 2),
     "mode": ("shard", "split", "dispatch"),
     "even": (True, False),
@@ -56,7 +57,15 @@ itself by rank (``splits_by_rank``); a user's ``DataLoader`` subclass; ``batch_s
 one Trainer feature (``onecycle`` sizes a ``OneCycleLR`` from ``trainer.strategy.estimated_scheduler_steps``,
 ``onecycle_lightning`` from ``trainer.estimated_stepping_batches``; ``early_exit`` leaves every epoch
 after ``EXIT_AFTER`` batches, by ``on_train_batch_start`` returning -1 or, in Fabric, ``break``).
-``restart``: on the same number of processes, one fewer, one more (3 at most: the machines have 2 cores)."""
+``restart``: on the same number of processes, one fewer, one more (3 at most: the machines have 2 cores).
+``sampler``: the user's own (``tests/scripts/matrix_fit.py``) in a map-style loader with a batch size,
+or ``default`` (the loader's, as the ``loader`` value says): ``bucketing``, a ``BatchSampler`` subclass with
+``batch_size`` whose buckets (``bucket_of``) end in short batches mid-epoch, its batches in an order drawn
+from its ``RandomSampler``'s generator; ``max_tokens``, a batch sampler without ``batch_size`` filling each
+batch up to ``MAX_TOKENS`` (``token_length``), in an order drawn from ``(SAMPLER_SEED, epoch)``;
+``weighted`` / ``weighted_gen``, ``WeightedRandomSampler(weights, n, replacement=True)`` without / with a
+``torch.Generator``; ``filtering``, a ``RandomSampler`` subclass (no generator) yielding the even ids only;
+``global_rng``, a ``Sampler`` whose ``__iter__`` is ``torch.randperm(n)`` (the global random state)."""
 
 LENGTH = 38
 """Samples of every map-style dataset and strided stream: an epoch ends with a padded global batch."""
@@ -70,6 +79,22 @@ BATCH = 3
 EPOCHS = 2
 LIMIT, EXIT_AFTER = 4, 3
 """``limit_train_batches`` and the batch after which ``early_exit`` leaves an epoch."""
+
+SAMPLER_SEED = 5
+"""The seed of the user's samplers' own generators (``bucketing``'s, ``weighted_gen``'s; ``max_tokens``
+adds the epoch)."""
+BUCKETS = (7, 3, 5)
+"""``bucketing``: id ``i`` is in bucket 0 when ``i % 7 < 3``, 1 when ``< 5``, else 2: 18 / 10 / 10 ids of 38,
+16 / 10 / 10 of 36, so every bucket but one ends in a short batch (size 1 of ``BATCH``, 4 of ``split``'s
+``BATCH * 2``: at least as many samples as processes, see ``split_short``), and an epoch has 14 batches
+(7 with ``split``)."""
+MAX_TOKENS = 9
+"""``max_tokens``: a batch holds ids of one ``token_length`` (2, 3 or 4) up to 9 tokens: 4, 3 or 2 ids."""
+REPLACEMENT = ("weighted", "weighted_gen")
+"""Samplers that draw with replacement: no "exactly once"; compared with the uninterrupted run's draws."""
+SAMPLER_LOADERS = ("shuffled", "seedable", "subclass")
+"""The loaders a user's sampler goes in: ``DataLoader(dataset, batch_size, sampler=...)`` (or
+``batch_sampler=...``), with ``use_seedable_sampler`` (``seedable``), or a user's ``DataLoader`` subclass."""
 
 MAP_STYLE = ("shuffled", "seedable", "sequential", "subclass", "unbatched")
 STREAMS = ("strided", "worker_split", "native", "hf", "self_split")
@@ -89,6 +114,7 @@ class Cell:
 
     strategy: str = "ddp"
     loader: str = "shuffled"
+    sampler: str = "default"
     workers: int = 0
     mode: str = "shard"
     even: bool = True
@@ -179,6 +205,11 @@ def invalid(cell: Cell) -> str | None:
         return "kept small: ModelParallel launches cost a start-up each"
     if cell.interrupt == "validation" and cell.feature == "early_exit":
         return "no validation follows an epoch left by `on_train_batch_start` returning -1"
+    if cell.sampler != "default" and cell.loader not in SAMPLER_LOADERS:
+        return (
+            "a sampler of the user's own goes in a map-style loader with a batch size (with it, `sequential` "
+            "would be the same loader as `shuffled`)"
+        )
     return None
 
 
@@ -189,6 +220,8 @@ def refusal(cell: Cell) -> str | None:
     why the combination cannot be exact, and the harness checks that every process raised it before
     its first step, never a hang or a silent loss.
     """
+    if cell.sampler == "max_tokens" and cell.mode == "split":
+        return "`split_batches=True` needs the batch size of the"  # NOTE: its batches have no one size
     if cell.loader == "unbatched" and cell.mode == "dispatch":
         return "`dispatch_batches=True` with `DataLoader(batch_size=None)`"
     if (
@@ -213,15 +246,96 @@ def refusal(cell: Cell) -> str | None:
     return None
 
 
+def refusal_at_restart(cell: Cell, done: int) -> str | None:
+    """The message the restart must be refused with at set-up when each process had consumed ``done``
+    batches of the resumed epoch at the checkpoint, or ``None``.
+
+    ``even_batches=False``: the library checks the processes' lengths again once the checkpoint's state is
+    loaded, and the rest of an epoch can split unevenly among another number of processes even when the
+    whole epoch does not (12 batches, 2 steps on 2 processes: 8 left, 3 / 3 / 2 on 3). Only what the
+    library checks: shard mode under a Trainer (``dispatch`` and ``split`` give every process a part of
+    every batch; a Fabric loop is not checked). A checkpoint on the last step of Lightning's epoch resumes
+    the next epoch whole (``refusal``).
+    """
+    if cell.even or cell.restart == "same" or cell.loader not in MAP_STYLE or cell.mode != "shard":
+        return None
+    if cell.strategy == "fabric" or cell.feature == "combined":
+        return None
+    total = len(epoch_batch_sizes(cell))
+    steps = {"limit": LIMIT, "early_exit": EXIT_AFTER}.get(cell.feature, total)
+    if done >= min(steps, -(-total // cell.devices)):
+        return None
+    rest = total - done * cell.devices
+    return "`even_batches=False`" if rest % cell.restart_devices else None
+
+
 def length(cell: Cell) -> int:
     """The samples of ``cell``'s map-style dataset or strided stream."""
     return LENGTH if cell.even else EVEN_LENGTH
 
 
+def bucket_of(index: int) -> int:
+    """The bucket of id ``index`` under the ``bucketing`` sampler (``BUCKETS``)."""
+    modulus, first, second = BUCKETS
+    rest = index % modulus
+    return 0 if rest < first else 1 if rest < second else 2
+
+
+def token_length(index: int) -> int:
+    """The tokens of id ``index`` under the ``max_tokens`` sampler: 2, 3 or 4."""
+    return 2 + index % 3
+
+
+def loader_batch(cell: Cell) -> int:
+    """The ``batch_size`` of ``cell``'s training loader (or its batch sampler's): split by the processes
+    with ``split``."""
+    return BATCH * 2 if cell.mode == "split" else BATCH
+
+
+def sampled_ids(cell: Cell) -> list[int]:
+    """The ids the sampler yields in an epoch, in id order (``filtering``: the even ones; with replacement,
+    as many draws as ids)."""
+    ids = list(range(length(cell)))
+    return ids[::2] if cell.sampler == "filtering" else ids
+
+
+def epoch_batch_sizes(cell: Cell) -> list[int]:
+    """The sizes of the batches of one epoch of ``cell``'s map-style training loader, in no given order
+    (the order is drawn; the sizes are not)."""
+    if cell.loader == "unbatched":
+        return [1] * length(cell)
+    if cell.sampler in ("bucketing", "max_tokens"):
+        groups: dict[int, int] = {}
+        for index in sampled_ids(cell):
+            key = bucket_of(index) if cell.sampler == "bucketing" else token_length(index)
+            groups[key] = groups.get(key, 0) + 1
+        sizes = []
+        for key, count in sorted(groups.items()):
+            size = loader_batch(cell) if cell.sampler == "bucketing" else MAX_TOKENS // key
+            sizes += [size] * (count // size) + ([count % size] if count % size else [])
+        return sizes
+    count, size = len(sampled_ids(cell)), loader_batch(cell)
+    return [size] * (count // size) + ([count % size] if count % size else [])
+
+
+def split_short(cell: Cell, devices: int) -> bool:
+    """Whether ``split`` meets a batch before the epoch's last with fewer samples than ``devices``: the
+    library raises at that batch on every rank (it cannot be split so that each process takes a step).
+    A shorter batch that is not the last is split exactly (parts differing by at most one sample), under
+    ``dispatch`` too (which joins ``N`` batches, so at least ``N`` samples). No cell of the matrix has one
+    (``BUCKETS``); the loader tests cover that error (``batch_shard._split_short``)."""
+    if cell.mode != "split" or cell.sampler != "bucketing":
+        return False
+    return any(0 < size < devices for size in epoch_batch_sizes(cell) if size != loader_batch(cell))
+
+
 def _uneven(cell: Cell, devices: int) -> bool:
-    """Whether the training batches of an epoch do not divide among ``devices`` processes."""
-    batch = 1 if cell.loader == "unbatched" else BATCH * (2 if cell.mode == "split" else 1)
-    batches = -(-length(cell) // batch)
+    """Whether the training batches of an epoch do not divide among ``devices`` processes (``split``:
+    every process takes a part of every batch, of a short one too; ``dispatch``: process 0 sends every
+    process a part of every global batch, the last one padded, whatever ``even_batches`` says)."""
+    if cell.mode == "dispatch":
+        return False
+    batches = len(epoch_batch_sizes(cell))
     return batches % (1 if cell.mode == "split" else devices) != 0
 
 
@@ -319,7 +433,17 @@ def _holding(rng: random.Random, pair: Pair, count: int, tries: int) -> list[Cel
     return found
 
 
-def sample(cells: list[Cell], seed: int, count: int) -> list[Cell]:
-    """``count`` cells of ``cells`` drawn with ``seed`` (the order of the matrix kept)."""
-    picked = set(random.Random(seed).sample(range(len(cells)), min(count, len(cells))))
+def sample(cells: list[Cell], seed: int, count: int, own_samplers: int = 0) -> list[Cell]:
+    """``count`` cells of ``cells`` drawn with ``seed`` (the order of the matrix kept), at least
+    ``own_samplers`` of them with a sampler of the user's own (``sampler`` not ``default``)."""
+    rng = random.Random(seed)
+    own = [index for index, cell in enumerate(cells) if cell.sampler != "default"]
+    picked = set(rng.sample(own, min(own_samplers, count, len(own))))
+    rest = [index for index in range(len(cells)) if index not in picked]
+    picked |= set(rng.sample(rest, min(count - len(picked), len(rest))))
     return [cell for index, cell in enumerate(cells) if index in picked]
+
+
+def shuffles(cell: Cell) -> bool:
+    """Whether ``cell``'s training order is drawn anew each epoch (every user's sampler here draws it)."""
+    return cell.loader in SHUFFLED or cell.sampler != "default"

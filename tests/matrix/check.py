@@ -6,7 +6,11 @@ besides the documented end-of-epoch padding (at most once, for an epoch read in 
 each epoch for a shuffled loader; the killed run's records up to its checkpoint, followed by the
 restart's, equal the uninterrupted run's on every rank (on another number of processes, or of workers
 of a stream after the resumed epoch, where the order legitimately changes: the same invariant, epoch by
-epoch, across the ranks of both runs); and a user's ``DataLoader`` subclass made every batch. A cell the
+epoch, across the ranks of both runs); and a user's ``DataLoader`` subclass made every batch. A sampler
+with replacement (``weighted*``) has no "exactly once": each epoch reads its ``n`` draws (plus the
+padding), ids of the dataset only, and the interrupted run's draws equal the uninterrupted run's, rank
+by rank on the same number of processes, in the order of the global batches on another. A filtering
+sampler's epoch is its subset, exactly once; an id it never yields is a failure. A cell the
 rules refuse passes when its fit raised the rule's message (in every record of the error) before
 any training step.
 """
@@ -20,7 +24,19 @@ from typing import Any
 
 import torch
 
-from tests.matrix.cells import BATCH, SHARDS, SHUFFLED, STREAMS, Cell, length, partial_epochs, refusal
+from tests.matrix.cells import (
+    BATCH,
+    MAX_TOKENS,
+    REPLACEMENT,
+    SHARDS,
+    STREAMS,
+    Cell,
+    partial_epochs,
+    refusal,
+    refusal_at_restart,
+    sampled_ids,
+    shuffles,
+)
 
 Records = list[list[dict[str, Any]]]
 """Per rank, the records of each consumed training batch: ``{"epoch", "batch_idx", "a": ids, ...}``."""
@@ -58,12 +74,19 @@ def _errors(run: Path) -> list[str]:
 
 
 def universe(cell: Cell) -> set[int]:
-    return set(range(sum(SHARDS) if cell.loader in ("native", "hf", "self_split") else length(cell)))
+    """The ids an epoch reads (``filtering``: the even ones)."""
+    if cell.loader in ("native", "hf", "self_split"):
+        return set(range(sum(SHARDS)))
+    return set(sampled_ids(cell))
 
 
 def allowance(cell: Cell, devices: int) -> int:
     """How many samples the end-of-epoch padding may repeat: less than one global batch, for a stream
     read by ``DataLoader`` workers less than one per worker (each worker's part ends in its own batch)."""
+    if cell.sampler == "max_tokens" and cell.mode == "shard":
+        # NOTE: the last round is completed with whole batches of the epoch's head: fewer than N, each of
+        # at most `MAX_TOKENS // 2` ids (the shortest token length is 2).
+        return (devices - 1) * (MAX_TOKENS // 2)
     batch = 1 if cell.loader == "unbatched" else BATCH
     global_batch = batch * 2 if cell.mode == "split" else batch * devices
     workers = max(cell.workers, cell.restart_num_workers, 1) if cell.loader in STREAMS else 1
@@ -74,7 +97,15 @@ def epoch_problems(cell: Cell, ids: list[int], devices: int, label: str) -> list
     """What is wrong with the ids all ranks read in one epoch (``[]`` when nothing)."""
     counts = Counter(ids)
     problems = []
-    if partial_epochs(cell):
+    if cell.sampler in REPLACEMENT:
+        return _draw_problems(cell, ids, devices, label)
+    outside = sorted(set(counts) - universe(cell))
+    if outside:
+        problems.append(f"{label}: {len(outside)} ids the sampler never yields: {outside[:8]}")
+    # NOTE: a map-style epoch read in part that still reached its end (every id read: a short epoch, such
+    # as a filtering sampler's, under `limit_train_batches` or an early exit) holds the padding too.
+    whole = cell.loader not in STREAMS and universe(cell) <= set(counts)
+    if partial_epochs(cell) and not whole:
         repeated = sorted(i for i, count in counts.items() if count > 1)
         if repeated:
             problems.append(f"{label}: ids read twice in an epoch read in part: {repeated[:8]}")
@@ -86,6 +117,23 @@ def epoch_problems(cell: Cell, ids: list[int], devices: int, label: str) -> list
     if extra > allowance(cell, devices):
         problems.append(
             f"{label}: {extra} repeated reads, more than the padding allows ({allowance(cell, devices)})"
+        )
+    return problems
+
+
+def _draw_problems(cell: Cell, ids: list[int], devices: int, label: str) -> list[str]:
+    """A sampler with replacement repeats ids by design: every id is one of the dataset's, and an epoch
+    reads its ``n`` draws (fewer when read in part) plus at most the padding."""
+    problems = []
+    outside = sorted(set(ids) - universe(cell))
+    draws = len(sampled_ids(cell))
+    if outside:
+        problems.append(f"{label}: ids outside the dataset: {outside[:8]}")
+    if not partial_epochs(cell) and len(ids) < draws:
+        problems.append(f"{label}: {len(ids)} reads, fewer than the sampler's {draws} draws")
+    if len(ids) > draws + allowance(cell, devices):
+        problems.append(
+            f"{label}: {len(ids)} reads, more than the {draws} draws and the padding ({allowance(cell, devices)})"
         )
     return problems
 
@@ -107,7 +155,7 @@ def _invariant(cell: Cell, runs: list[Records], devices: int, label: str) -> lis
 
 
 def _new_orders(cell: Cell, full: Records) -> list[str]:
-    if cell.loader not in SHUFFLED or cell.feature == "reload":
+    if not shuffles(cell) or cell.feature == "reload":
         return []
     for rank, reads in enumerate(full):
         per_epoch = [
@@ -163,12 +211,41 @@ def data_problems(cell: Cell, full: Records, prefix: Records, after: Records) ->
         resumed_epoch = prefix[0][-1]["epoch"] if prefix and prefix[0] else 0
         cut = [[r for r in rank if r["epoch"] == resumed_epoch] for rank in prefix]
         problems += _invariant(cell, [cut, after], max(cell.devices, cell.restart_devices), "restarted run")
+        if cell.sampler in REPLACEMENT:
+            problems += _same_draws(cell, full, prefix, after)
     return problems
+
+
+def global_order(run: Records, epoch: int) -> list[int]:
+    """The ids ``run`` read in ``epoch``, in the order its global batches were drawn: the ranks' k-th
+    batches, in rank order, for each k (whole batches dealt ``r, r + N, ...``, or a batch's slices)."""
+    per_rank = [[record["a"] for record in rank if record["epoch"] == epoch] for rank in run]
+    steps = max(map(len, per_rank), default=0)
+    return [i for k in range(steps) for batches in per_rank if k < len(batches) for i in batches[k]]
+
+
+def _same_draws(cell: Cell, full: Records, prefix: Records, after: Records) -> list[str]:
+    """With replacement on another number of processes: each epoch's draws, in order, equal the
+    uninterrupted run's (the killed run's then the restart's global batches; the padding after the
+    ``n`` draws, and what a partial epoch leaves unread, are not compared)."""
+    epochs = sorted({record["epoch"] for run in (full, prefix, after) for rank in run for record in rank})
+    for epoch in epochs:
+        want = global_order(full, epoch)
+        got = global_order(prefix, epoch) + global_order(after, epoch)
+        count = min(len(want), len(got), len(sampled_ids(cell)))
+        if want[:count] != got[:count] or bool(want) != bool(got):
+            at = next((i for i in range(count) if want[i] != got[i]), count)
+            return [
+                f"epoch {epoch}: the draws differ from the uninterrupted run's at draw {at} "
+                f"(uninterrupted {want[at : at + 6]}, restarted {got[at : at + 6]}; {len(want)} against "
+                f"{len(got)} reads)"
+            ]
+    return []
 
 
 def verdict(cell: Cell, full_dir: Path, cell_dir: Path, errors: dict[str, str | None]) -> dict[str, Any]:
     """``{"cell", "outcome": "passed" | "refused" | "failed", "problems"}`` of one run cell."""
-    expected = refusal(cell)
+    expected = refusal(cell) or refusal_at_restart(cell, _done_in_resumed_epoch(cell, cell_dir))
     result: dict[str, Any] = {"cell": cell.id, "expected_refusal": expected}
     problems = _refusal_problems(cell, full_dir, cell_dir, errors, expected)
     if problems is None:
@@ -177,6 +254,14 @@ def verdict(cell: Cell, full_dir: Path, cell_dir: Path, errors: dict[str, str | 
     else:
         outcome = "refused" if not problems else "failed"
     return {**result, "outcome": outcome, "problems": problems}
+
+
+def _done_in_resumed_epoch(cell: Cell, cell_dir: Path) -> int:
+    """The batches each process had consumed of the epoch its killed run's checkpoint is in (0: none)."""
+    saved = last_checkpoint(cell_dir / "kill")
+    consumed = 0 if saved is None else _reads_in(saved) or 0
+    first = records(cell_dir / "kill", cell.devices)[0][:consumed]
+    return sum(1 for record in first if record["epoch"] == first[-1]["epoch"]) if first else 0
 
 
 def _refusal_problems(

@@ -3,7 +3,8 @@
     python -m tests.matrix.summary MATRIX_OUT   (from the repository root)
 
 Each failed cell is matched against the current ``KNOWN_DEFECTS`` table; a failure no row explains is
-``NEW``, and a row's cell that passed is listed too (its strict ``xfail`` fails the suite).
+``NEW``, and a row's cell that passed is listed too (its strict ``xfail`` fails the suite); one line
+counts the outcomes per value of the ``sampler`` axis.
 """
 
 from __future__ import annotations
@@ -24,6 +25,18 @@ def _line(verdict: dict[str, Any], defect: int | None) -> str:
     return f"- `{verdict['cell']}` ({verdict['outcome']}, {tag}): {first}"
 
 
+def _by_sampler(verdicts: list[dict[str, Any]]) -> str:
+    """One line: the outcomes of the cells of each value of the ``sampler`` axis."""
+    outcomes: dict[str, Counter[str]] = {}
+    for verdict in verdicts:
+        outcomes.setdefault(Cell.parse(verdict["cell"]).sampler, Counter())[verdict["outcome"]] += 1
+    parts = [
+        f"{sampler} {sum(counts.values())} ({', '.join(f'{n} {o}' for o, n in sorted(counts.items()))})"
+        for sampler, counts in sorted(outcomes.items())
+    ]
+    return "By sampler: " + "; ".join(parts) + "."
+
+
 def summary(out: Path) -> str:
     verdicts = [json.loads(line) for line in (out / "verdicts.jsonl").read_text().splitlines()]
     defects = {v["cell"]: (known_defect(Cell.parse(v["cell"])) or (None,))[0] for v in verdicts}
@@ -37,6 +50,8 @@ def summary(out: Path) -> str:
         f"{len(failed)} failed: {sum(known.values())} by known defects "
         f"({', '.join(f'{d}: {n}' for d, n in sorted(known.items()))}), {len(new)} not explained "
         f"by the table; {len(passing_rows)} cells the table lists passed.",
+        "",
+        _by_sampler(verdicts),
         "",
     ]
     lines += [_line(v, defects[v["cell"]]) for v in failed + passing_rows]

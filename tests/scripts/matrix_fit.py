@@ -33,7 +33,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import CombinedLoader
 from torch import Tensor, nn
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler, WeightedRandomSampler
 
 import lightning_shard  # noqa: F401 - registers the "shard" strategies
 from lightning_shard import ShardFabricStrategy, ShardModelParallelStrategy, ShardStrategy
@@ -48,7 +48,20 @@ from tests.helpers.datasets import (
 from tests.helpers.lightning_app import features
 from tests.helpers.lightning_app import trainer as app_trainer
 from tests.matrix import check
-from tests.matrix.cells import BATCH, EPOCHS, EXIT_AFTER, LIMIT, SHARDS, Cell, length
+from tests.matrix.cells import (
+    BATCH,
+    EPOCHS,
+    EXIT_AFTER,
+    LIMIT,
+    MAX_TOKENS,
+    SAMPLER_SEED,
+    SHARDS,
+    Cell,
+    bucket_of,
+    length,
+    loader_batch,
+    token_length,
+)
 
 VAL_LENGTH = 10
 
@@ -67,6 +80,112 @@ class MarkingLoader(DataLoader):
             yield {"id": batch, "mark": self.mark}
 
 
+class Buckets(BatchSampler):
+    """Length bucketing as NLP projects write it: a ``BatchSampler`` subclass keeping ``batch_size``; the
+    ids its sampler draws are grouped by bucket (``bucket_of``), each bucket cut into batches (its last
+    one short), and the batches shuffled with the sampler's generator, so short batches come mid-epoch."""
+
+    def __init__(self, sampler: RandomSampler, batch_size: int) -> None:
+        super().__init__(sampler, batch_size, drop_last=False)
+
+    def _batches(self, ids: Any) -> list[list[int]]:
+        buckets: list[list[int]] = [[], [], []]
+        for index in ids:
+            buckets[bucket_of(int(index))].append(int(index))
+        size = self.batch_size
+        return [bucket[i : i + size] for bucket in buckets for i in range(0, len(bucket), size)]
+
+    def __iter__(self) -> Any:
+        batches = self._batches(self.sampler)
+        generator = self.sampler.generator  # type: ignore[attr-defined]
+        return iter([batches[k] for k in torch.randperm(len(batches), generator=generator).tolist()])
+
+    def __len__(self) -> int:
+        return len(self._batches(range(len(self.sampler))))  # type: ignore[arg-type]
+
+
+class MaxTokens(Sampler[list[int]]):
+    """A max-tokens batch sampler (fairseq's ``batch_by_size``): no ``batch_size``; the ids of one
+    ``token_length`` fill a batch up to ``MAX_TOKENS`` (4, 3 or 2 ids), in an order drawn from
+    ``(SAMPLER_SEED, epoch)``, so the batches (and ``len()``) of an epoch are known before it runs."""
+
+    def __init__(self, count: int) -> None:
+        self.count, self.epoch = count, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _batches(self) -> list[list[int]]:
+        generator = torch.Generator().manual_seed(SAMPLER_SEED + self.epoch)
+        groups: dict[int, list[int]] = {}
+        for index in torch.randperm(self.count, generator=generator).tolist():
+            groups.setdefault(token_length(index), []).append(index)
+        batches = [
+            group[i : i + MAX_TOKENS // tokens]
+            for tokens, group in sorted(groups.items())
+            for i in range(0, len(group), MAX_TOKENS // tokens)
+        ]
+        return [batches[k] for k in torch.randperm(len(batches), generator=generator).tolist()]
+
+    def __iter__(self) -> Any:
+        return iter(self._batches())
+
+    def __len__(self) -> int:
+        return len(self._batches())
+
+
+class EvenIds(RandomSampler):
+    """A filtering ``RandomSampler`` subclass (no generator of its own): the even ids, shuffled."""
+
+    def __iter__(self) -> Any:
+        return (index for index in super().__iter__() if index % 2 == 0)
+
+    def __len__(self) -> int:
+        return (len(self.data_source) + 1) // 2  # type: ignore[arg-type]
+
+
+class GlobalPermutation(Sampler[int]):
+    """A user's sampler drawing from the global random state: ``torch.randperm(n)``, no generator."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def __iter__(self) -> Any:
+        return iter(torch.randperm(self.count).tolist())
+
+    def __len__(self) -> int:
+        return self.count
+
+
+def _weights(count: int) -> Tensor:
+    """Class imbalance: ids ``i % 3 == 2`` are drawn three times as often as ``i % 3 == 0``."""
+    return torch.tensor([1.0 + index % 3 for index in range(count)], dtype=torch.double)
+
+
+def _own_sampler(cell: Cell, workers: int) -> Any:
+    """The training loader of a cell with a sampler of the user's own (``cells.AXES``, ``sampler``)."""
+    count, batch = length(cell), loader_batch(cell)
+    dataset = IdMap(count)
+    loader: Any = DataLoader
+    settings: dict[str, Any] = _workers(workers)
+    if cell.loader == "subclass":
+        loader, settings = MarkingLoader, {**settings, "mark": "ok"}
+    if cell.sampler == "bucketing":
+        ordered = RandomSampler(dataset, generator=torch.Generator().manual_seed(SAMPLER_SEED))
+        return loader(dataset, batch_sampler=Buckets(ordered, batch), **settings)
+    if cell.sampler == "max_tokens":
+        return loader(dataset, batch_sampler=MaxTokens(count), **settings)
+    samplers = {
+        "weighted": lambda: WeightedRandomSampler(_weights(count), count, replacement=True),
+        "weighted_gen": lambda: WeightedRandomSampler(
+            _weights(count), count, replacement=True, generator=torch.Generator().manual_seed(SAMPLER_SEED)
+        ),
+        "filtering": lambda: EvenIds(dataset),
+        "global_rng": lambda: GlobalPermutation(count),
+    }
+    return loader(dataset, batch, sampler=samplers[cell.sampler](), **settings)
+
+
 def _workers(workers: int) -> dict[str, Any]:
     # NOTE: forked workers, as the ranks are: Python 3.14 makes forkserver the default elsewhere.
     return {"num_workers": workers, "multiprocessing_context": "fork"} if workers else {}
@@ -74,7 +193,7 @@ def _workers(workers: int) -> dict[str, Any]:
 
 def train_loader(cell: Cell, workers: int) -> Any:
     """The training loader of ``cell`` (a ``CombinedLoader`` for ``feature="combined"``)."""
-    batch = BATCH * 2 if cell.mode == "split" else BATCH
+    batch = loader_batch(cell)
     count = length(cell)
     kinds = {
         "shuffled": lambda: DataLoader(IdMap(count), batch, shuffle=True, **_workers(workers)),
@@ -88,7 +207,7 @@ def train_loader(cell: Cell, workers: int) -> Any:
         "hf": lambda: DataLoader(_hf(), batch, **_workers(workers)),
         "self_split": lambda: DataLoader(RankSplitIdStream(id_shards(SHARDS)), batch, **_workers(workers)),
     }
-    data = kinds[cell.loader]()
+    data = kinds[cell.loader]() if cell.sampler == "default" else _own_sampler(cell, workers)
     if cell.feature == "combined":
         # NOTE: with `even_batches=False`, 18: 6 batches, as many per process on 1, 2 and 3 processes.
         other = DataLoader(IdMap(20 if cell.even else 18), batch, shuffle=True, **_workers(workers))
