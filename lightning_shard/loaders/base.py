@@ -186,13 +186,6 @@ class LoaderSource:
         cursor = self.loader.cursor
         return None if cursor is None else seeded_order(getattr(cursor.batch_sampler, "batch_sampler", None))
 
-    def draw_seed(self) -> int | None:
-        """The seed of the main-process fetches' draws; ``None`` where they are not kept apart."""
-        return None
-
-    def set_draw_seed(self, seed: int) -> None:
-        """Take ``seed`` (a checkpoint's) for the main-process fetches' draws, where they are kept apart."""
-
 
 def _asks_stateful(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether a constructor call of ``cls`` passes ``use_stateful_dataloader=True`` (by name or position)."""

@@ -5,13 +5,14 @@ With ``num_workers=0`` the dataset's ``__getitem__`` and the ``collate_fn`` run 
 between the model's steps, and read ahead of them (Lightning prefetches, the loader looks one batch
 ahead). Drawing from torch's global CPU generator there would interleave an augmentation's draws with
 dropout's, so that no saved state could replay both. Each fetch instead runs with that generator seeded
-from ``(seed, epoch, process, step)`` and restored after: a batch's draws depend only on where it is in
+from ``(epoch seed, epoch, process, step)`` and restored after: a batch's draws depend only on where it is in
 the epoch, and the model's stream only on the model. Creating the epoch's iterator (``DataLoader`` draws
 its workers' base seed there) is isolated the same way, with workers too.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,6 +32,15 @@ def fetches_may_draw(dataset: object, collate_fn: object) -> bool:
     nothing, so a loader of only those skips it.
     """
     return not (isinstance(dataset, _DRAW_FREE_DATASETS) and collate_fn in _DRAW_FREE_COLLATES)
+
+
+def epoch_seed(generator_state: str | None, fallback: int) -> int:
+    """The seed of an epoch's fetch draws: a hash of the loader's generator state at the epoch's start (saved
+    with the position, and agreed wherever the processes' orders are), else ``fallback``."""
+    if generator_state is None:
+        return fallback & _MASK
+    digest = hashlib.blake2b(generator_state.encode("ascii"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & _MASK
 
 
 def fetch_seed(seed: int, epoch: int, process_index: int, step: int) -> int:

@@ -39,8 +39,6 @@ class Position:
     generator_state: str | None = None
     """The sampler's generator state at the start of the epoch (base64), if any."""
     sampler_seed: int | None = None
-    draw_seed: int | None = None
-    """The seed of the main-process fetches' draws (``loaders/main_draws.py``), if the loader has one."""
     workers: int | None = None
     """The ``DataLoader`` workers this epoch is read with when not the loader's own: a stream's epoch
     resumed under another ``num_workers`` finishes under the count it started with."""

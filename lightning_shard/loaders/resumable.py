@@ -41,8 +41,6 @@ class IndexSource(Protocol):
     def set_epoch(self, epoch: int) -> None: ...
     def length_after(self, base: int) -> int: ...
     def seeded(self) -> Any: ...
-    def draw_seed(self) -> int | None: ...
-    def set_draw_seed(self, seed: int) -> None: ...
 
 
 class Resumption:
@@ -146,8 +144,6 @@ class Resumption:
         seeded = self.source.seeded()
         if restore.sampler_seed is not None and seeded is not None:
             seeded.initial_seed = restore.sampler_seed
-        if restore.draw_seed is not None:
-            self.source.set_draw_seed(restore.draw_seed)
 
     def sampler_seed(self) -> int | None:
         """The seed of a seeded order (``seeded_order``: it ignores the generator's state)."""
@@ -201,10 +197,9 @@ class Resumption:
                 "resumed on this number of processes. Pass the steps consumed in the whole epoch."
             )
         workers = self.source.workers() if position.workers is None else position.workers
-        draw_seed = self.source.draw_seed() if position.draw_seed is None else position.draw_seed
         return LoaderState(
             info,
-            replace(position, epoch=position.epoch or 0, steps=steps, workers=workers, draw_seed=draw_seed),
+            replace(position, epoch=position.epoch or 0, steps=steps, workers=workers),
             consumed=position.base + (steps - position.base_steps) * info.step_size,
             world_size=world_size() if is_distributed() else None,
             streams=None if self.stream is None else self.stream.state_dict(steps)["streams"],

@@ -21,7 +21,7 @@ from lightning_shard.comm.topology import Topology
 from lightning_shard.comm.tree import batch_length, send_to_device
 from lightning_shard.loaders.base import LoaderSource, ResumableLoader
 from lightning_shard.loaders.cursor import EpochCursor
-from lightning_shard.loaders.main_draws import fetch_seed, fetches_may_draw, isolated_fetches
+from lightning_shard.loaders.main_draws import epoch_seed, fetch_seed, fetches_may_draw, isolated_fetches
 from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.settings import (
@@ -100,7 +100,7 @@ class DataLoaderShard(ResumableLoader):
         self.use_stateful_dataloader = use_stateful_dataloader
         self.topology = topology
         self.draw_seed = data_seed if data_seed is not None else torch.initial_seed()
-        """The seed of the main-process fetches' draws (``loaders/main_draws.py``)."""
+        """The seed of the main-process fetches' draws when the loader has no generator (``loaders/main_draws.py``)."""
         self.stream = _stream_run(dataset, stream_ends, topology)
         """The end agreement of a stream (and each process's position in a native one), else ``None``."""
         self._discard = 0
@@ -193,20 +193,20 @@ class DataLoaderShard(ResumableLoader):
         synchronize_rng_states(self.rng_types, self.synchronized_generator)
         position = self.resumption.begin_epoch()
         self._seek(position)
-        loaded = self._user_batches() if self.cursor is None else self._isolated_batches(position.start)
+        loaded = self._user_batches() if self.cursor is None else self._isolated_batches(position)
         batches = itertools.islice(loaded, self._discard, None) if self._discard else loaded
         if self.stream is not None:
             return self._stream_epoch(self.stream, batches)
         return self._look_ahead(batches)
 
-    def _isolated_batches(self, start: int) -> Iterator[Any]:
+    def _isolated_batches(self, position: Position) -> Iterator[Any]:
         """The user's batches of a map-style epoch, their main-process draws apart from the model's."""
-        seed, epoch = self.draw_seed, self.epoch
+        seed, epoch = epoch_seed(position.generator_state, self.draw_seed), self.epoch
         process = self.topology.process_index if self.topology is not None else 0
         return isolated_fetches(
             self._user_batches,
             lambda step: fetch_seed(seed, epoch, process, step),
-            start,
+            position.start,
             each_fetch=self.num_workers == 0 and fetches_may_draw(self.dataset, self.collate_fn),
         )
 
@@ -283,12 +283,6 @@ class _ShardSource(LoaderSource):
             dataset_length=_length(loader.dataset),
             sampler=sampler_kind(self.sampler(), loader.dataset),
         )
-
-    def draw_seed(self) -> int | None:
-        return self.loader.draw_seed if self.loader.cursor is not None else None
-
-    def set_draw_seed(self, seed: int) -> None:
-        self.loader.draw_seed = seed
 
     def generator(self) -> torch.Generator | None:
         if self.loader.synchronized_generator is not None:

@@ -23,15 +23,13 @@ STATE_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 """Version 1 (lightning_shard 0.1) lacks the optional keys (``_OPTIONAL``); they then take their defaults."""
 
-_POSITION_KEYS = ("epoch", "steps", "base", "base_steps", "generator_state", "sampler_seed", "draw_seed")
+_POSITION_KEYS = ("epoch", "steps", "base", "base_steps", "generator_state", "sampler_seed")
 _KEYS = (
     "mode epoch steps base consumed num_processes split_batches even_batches drop_last batch_size dataset_length "
-    "generator_state sampler_seed base_steps world_size num_workers sampler streams draw_seed"
+    "generator_state sampler_seed base_steps world_size num_workers sampler streams"
 ).split()
 """The saved keys, in the order they are written (after ``format`` and ``version``)."""
-_OPTIONAL = dict.fromkeys(
-    ("generator_state", "sampler_seed", "world_size", "sampler", "streams", "draw_seed")
-)
+_OPTIONAL = dict.fromkeys(("generator_state", "sampler_seed", "world_size", "sampler", "streams"))
 _OPTIONAL.update(base_steps=0, num_workers=0)
 
 
@@ -206,7 +204,7 @@ def _valid(name: str, value: Any) -> bool:
         return isinstance(value, bool)
     if name == "mode":
         return value in get_args(Mode)
-    if name in ("sampler_seed", "draw_seed"):
+    if name == "sampler_seed":
         return value is None or is_int
     if name == "streams":
         return value is None or (isinstance(value, list) and all(_valid_stream(entry) for entry in value))
