@@ -35,6 +35,7 @@ from lightning_shard.lightning.plan import ShardPlan, plan_for
 from lightning_shard.lightning.prediction import PredictionGatherer
 from lightning_shard.lightning.schedulers import (
     SchedulerScaling,
+    has_step_schedulers,
     short_schedulers,
     warn_short_schedulers,
     wrap_optimizers,
@@ -213,6 +214,7 @@ class StrategySharding:
             num_training_batches=trainer.num_training_batches,
             accumulate_grad_batches=trainer.accumulate_grad_batches,
             short_schedulers=short,
+            step_schedulers=has_step_schedulers(configs),
         )
         rank_zero_info(str(self.shard_plan))
         warn_short_schedulers(short)

@@ -37,6 +37,7 @@ from lightning_shard.lightning.plan import plan_for
 from lightning_shard.lightning.prediction import merge_in_order
 from lightning_shard.lightning.schedulers import (
     SchedulerScaling,
+    has_step_schedulers,
     scheduler_horizon,
     wrap_optimizers,
     wrap_schedulers,
@@ -221,6 +222,51 @@ def test_plan_line() -> None:
     split = prepare_with_options(loader(50, 8), ShardOptions(split_batches=True), Topology(2, 0))
     plan = plan_for(split, SchedulerScaling(True, True, 2), num_training_batches=7, accumulate_grad_batches=1)
     assert (plan.process_batch_size, plan.global_batch_size, plan.padded_samples) == (4, 8, 6)
+
+
+@pytest.mark.parametrize(("saved_on", "resumed_on"), [(2, 3), (3, 2)])
+def test_plan_after_an_elastic_resume_counts_the_padding_of_the_steps_left(
+    saved_on: int, resumed_on: int
+) -> None:
+    """The padding of an epoch resumed on another number of processes: the steps before ran at the old
+    global batch, only the rest at the new one (2 -> 3 once said 10 padded where 2 were)."""
+    saved = prepare_with_options(loader(50, 4), ShardOptions(), Topology(saved_on, 0))
+    batches = iter(saved)
+    next(batches), next(batches)
+    state = saved.state_dict()
+    resumed = []
+    for rank in range(resumed_on):
+        shard = prepare_with_options(loader(50, 4), ShardOptions(), Topology(resumed_on, rank))
+        shard.load_state_dict(state)  # NOTE: as the strategy loads a checkpoint's state before the plan
+        resumed.append(shard)
+    plan = plan_for(
+        resumed[0],
+        SchedulerScaling(True, False, resumed_on),
+        num_training_batches=len(resumed[0]),
+        accumulate_grad_batches=1,
+    )
+    ids = [i for shard in resumed for batch in shard for i in batch["id"].tolist()]
+    left = 50 - 2 * 4 * saved_on
+    assert len(set(ids)) == left, "the rest of the epoch, each sample once"
+    assert plan.padded_samples == len(ids) - left == {(2, 3): 2, (3, 2): 6}[saved_on, resumed_on]
+    assert f"{plan.padded_samples} samples padded in the last step" in str(plan)
+
+
+def test_plan_says_nothing_about_schedulers_it_does_not_scale() -> None:
+    optimizer = torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=1.0)
+    step = LRSchedulerConfig(torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0), interval="step")
+    epoch = LRSchedulerConfig(torch.optim.lr_scheduler.StepLR(optimizer, 1), interval="epoch")
+    plateau = LRSchedulerConfig(
+        torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer), interval="step", reduce_on_plateau=True
+    )
+    assert not has_step_schedulers([]) and not has_step_schedulers([epoch, plateau])
+    assert has_step_schedulers([epoch, step])
+    shard = prepare_with_options(loader(50, 4), ShardOptions(), Topology(2, 1))
+    for scaling in (SchedulerScaling(True, False, 2), SchedulerScaling(False, False, 2)):
+        plan = plan_for(
+            shard, scaling, num_training_batches=7, accumulate_grad_batches=1, step_schedulers=False
+        )
+        assert str(plan).endswith("6 samples padded in the last step") and "scheduler" not in str(plan)
 
 
 # -- gathering -------------------------------------------------------------------------------------
