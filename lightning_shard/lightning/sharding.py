@@ -51,6 +51,7 @@ from lightning_shard.lightning.stages import (
     stage_key,
 )
 from lightning_shard.lightning.stream_evaluation import gather_stream_for_metrics
+from lightning_shard.lightning.torchrun import warn_about_store_sharing
 from lightning_shard.loaders.state import STATE_FORMAT
 from lightning_shard.loaders.streams import StreamReport
 from lightning_shard.optim import ShardOptimizer
@@ -83,6 +84,7 @@ class StrategySharding:
 
     def __init__(self, strategy: HostStrategy, arguments: Mapping[str, Any]) -> None:
         check_lightning_version()
+        warn_about_store_sharing()
         self._strategy = strategy
         self.options = ShardOptions.from_kwargs(arguments)
         self.strategy_options = StrategyOptions.from_kwargs(arguments)

@@ -44,6 +44,7 @@ from lightning_shard.lightning.schedulers import (
 )
 from lightning_shard.lightning.sharding import StrategySharding
 from lightning_shard.lightning.stages import stage_defaults
+from lightning_shard.lightning.torchrun import agent_arguments, node_range, store_sharing_problem
 from lightning_shard.loaders.position import ResumeHook
 from lightning_shard.loaders.state import encode_generator_state
 from lightning_shard.prepare import prepare_with_options
@@ -267,6 +268,26 @@ def test_plan_says_nothing_about_schedulers_it_does_not_scale() -> None:
             shard, scaling, num_training_batches=7, accumulate_grad_batches=1, step_schedulers=False
         )
         assert str(plan).endswith("6 samples padded in the last step") and "scheduler" not in str(plan)
+
+
+# -- torchrun ---------------------------------------------------------------------------------------
+
+
+def test_an_elastic_torchrun_sharing_its_store_is_named_with_the_fix() -> None:
+    """Real launches: tests/lightning/test_elastic.py; here every case of the check."""
+    worker = {"TORCHELASTIC_RUN_ID": "job", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    elastic = ["/usr/bin/python", "-m", "torch.distributed.run", "--nnodes=1:3", "--rdzv-backend=c10d"]
+    problem = store_sharing_problem(worker, elastic)
+    assert problem is not None and "`--nnodes=1:3`" in problem
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nnodes=1:3" in problem
+    assert node_range(["torchrun", "--nnodes", "2:4"], {}) == (2, 4)
+    assert node_range(["torchrun"], {"PET_NNODES": "1:2"}) == (1, 2), "torchrun's environment default"
+    assert store_sharing_problem(worker, ["torchrun", "--nnodes=2"]) is None, "not elastic"
+    assert store_sharing_problem(worker, ["torchrun", "--nnodes=2:2"]) is None, "not elastic"
+    assert store_sharing_problem({**worker, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}, elastic) is None
+    assert store_sharing_problem({**worker, "TORCHELASTIC_USE_AGENT_STORE": "False"}, elastic) is None
+    assert store_sharing_problem({}, elastic) is None, "not started by torchrun"
+    assert agent_arguments(os.getpid())[0].endswith(("python", "python3", "python3.11"))
 
 
 # -- gathering -------------------------------------------------------------------------------------
