@@ -15,28 +15,21 @@ process the test started is ended afterwards, on success and on failure.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
 import uuid
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from torch.utils.data import DataLoader
 
-from lightning_shard import prepare_data_loader
-from tests.helpers.lightning_app import RecordMap
+from tests.helpers.attempts import check_exactly_once
 from tests.helpers.torchrun import Agent, free_port, listening_pid
-from tests.scripts.elastic import BATCH, EPOCHS, HOLD_WORLD, LENGTH
+from tests.scripts.elastic import HOLD_WORLD
 
 pytestmark = pytest.mark.lightning
 
-HOLD_AT = 3
-"""The global step after which the first attempt holds: mid-epoch 0 (5 steps of 4 samples)."""
 BOUND = 300.0
 """Seconds the test waits for the workers to hold, then for the agents to finish. A scenario takes about a
 minute on a busy 2-core machine (two rendezvous of 3 s each, two Lightning start-ups); the bound only ends
@@ -60,7 +53,7 @@ class Job:
             # NOTE: how long a round waits for more nodes once it has its minimum (default 30 s).
             "--rdzv-conf=last_call_timeout=3",
         ]  # fmt: skip
-        command = ["-m", "tests.scripts.elastic", str(self.out), str(HOLD_AT)]
+        command = ["-m", "tests.scripts.elastic", str(self.out)]
         log = self.out / f"agent-{len(self.agents)}.log"
         self.agents.append(Agent(launcher, command, log, self.env))
         return self.agents[-1]
@@ -104,60 +97,6 @@ def job(tmp_path: Path) -> Iterator[Job]:
         run.end()
 
 
-def _steps(out: Path) -> list[list[Any]]:
-    return [json.loads(line) for path in out.glob("steps-*.jsonl") for line in path.read_text().splitlines()]
-
-
-def _attempts(steps: list[list[Any]]) -> list[tuple[int, int, int]]:
-    """``(attempt, start_step, world)`` of each attempt that trained, in the order they ran."""
-    return sorted({(attempt, start, world) for attempt, start, _, world, *_ in steps})
-
-
-def _kept(steps: list[list[Any]]) -> dict[int, list[int]]:
-    """Per epoch, the ids the checkpoints kept, step by step, ranks in order within a step."""
-    attempts = _attempts(steps)
-    kept: dict[tuple[int, int], list[tuple[int, list[int]]]] = defaultdict(list)
-    for index, (attempt, _, _) in enumerate(attempts):
-        until = attempts[index + 1][1] if index + 1 < len(attempts) else None
-        for other, _, rank, _, epoch, step, ids in steps:
-            if other == attempt and (until is None or step <= until):
-                kept[epoch, step].append((rank, ids))
-    epochs: dict[int, list[int]] = defaultdict(list)
-    for (epoch, _), ranks in sorted(kept.items()):
-        assert sorted(rank for rank, _ in ranks) == list(range(len(ranks))), "every rank of the step, once"
-        epochs[epoch] += [i for _, ids in sorted(ranks) for i in ids]
-    return epochs
-
-
-def _uninterrupted(epoch: int) -> list[int]:
-    """The epoch's order as the seedable sampler draws it (the same on any number of processes)."""
-    loader = prepare_data_loader(
-        DataLoader(RecordMap(LENGTH), batch_size=BATCH, shuffle=True),
-        num_processes=1,
-        process_index=0,
-        use_seedable_sampler=True,
-        data_seed=0,
-    )
-    loader.set_epoch(epoch)
-    return [int(i) for batch in loader for i in batch["id"]]
-
-
-def _check_exactly_once(out: Path, final_world: int) -> list[tuple[int, int, int]]:
-    steps = _steps(out)
-    attempts = _attempts(steps)
-    assert attempts[0][2] == HOLD_WORLD and attempts[-1][2] == final_world, attempts
-    assert attempts[-1][1] >= HOLD_AT, "the last attempt resumed from a checkpoint at or after the hold"
-    epochs = _kept(steps)
-    assert sorted(epochs) == list(range(EPOCHS))
-    for epoch, ids in epochs.items():
-        order = _uninterrupted(epoch)
-        assert ids[:LENGTH] == order, f"epoch {epoch}: the uninterrupted order, each sample once"
-        # NOTE: samples repeated to fill the last step (of what was left at a resume, when it was in this epoch).
-        padding = ids[LENGTH:]
-        assert len(padding) < BATCH * final_world and set(padding) <= set(order)
-    return attempts
-
-
 def test_an_agent_that_leaves_resumes_on_fewer_processes(job: Job) -> None:
     """2 -> 1, with torch's default store sharing: the strategy warns (the job could not grow), and
     shrinking works without the setting."""
@@ -167,7 +106,7 @@ def test_an_agent_that_leaves_resumes_on_fewer_processes(job: Job) -> None:
     job.non_host().kill()
     (job.out / "go").write_text("")  # NOTE: the survivor steps on, into its gone peer, and restarts
     assert job.finish() == [0], job.logs()
-    _check_exactly_once(job.out, final_world=1)
+    check_exactly_once(job.out, final_world=1)
     assert WARNING in job.logs() and f"{SHARING}=1 torchrun --nnodes=1:3" in job.logs()
 
 
@@ -176,7 +115,7 @@ def test_an_agent_that_joins_resumes_on_more_processes(job: Job) -> None:
     job.wait_for(job.held, "worker holding")
     job.start()  # NOTE: the agents see a node waiting and restart their workers (held: nothing trained since)
     assert job.finish() == [0, 0, 0], job.logs()
-    _check_exactly_once(job.out, final_world=3)
+    check_exactly_once(job.out, final_world=3)
     assert WARNING not in job.logs()
 
 
@@ -185,4 +124,4 @@ def test_a_killed_worker_resumes_on_as_many_processes(job: Job) -> None:
     job.wait_for(job.held, "worker holding")
     os.kill(int((job.out / "held-1").read_text()), signal.SIGKILL)  # NOTE: its agent restarts the group
     assert job.finish() == [0, 0], job.logs()
-    _check_exactly_once(job.out, final_world=2)
+    check_exactly_once(job.out, final_world=2)

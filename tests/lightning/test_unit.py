@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import os
 import pickle
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -288,6 +290,23 @@ def test_an_elastic_torchrun_sharing_its_store_is_named_with_the_fix() -> None:
     assert store_sharing_problem({**worker, "TORCHELASTIC_USE_AGENT_STORE": "False"}, elastic) is None
     assert store_sharing_problem({}, elastic) is None, "not started by torchrun"
     assert agent_arguments(os.getpid())[0].endswith(("python", "python3", "python3.11"))
+
+
+def test_ray_is_imported_only_by_its_module() -> None:
+    """``import lightning_shard`` never imports Ray (it would raise here); without Ray, its module names the
+    extra to install."""
+    script = (
+        "import sys\n"
+        "sys.modules['ray'] = None  # NOTE: as if Ray were not installed: importing it raises ImportError\n"
+        "import lightning_shard, lightning_shard.lightning\n"
+        "try:\n"
+        "    import lightning_shard.lightning.ray\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert 'pip install "lightning_shard[ray]"' in done.stdout
 
 
 # -- gathering -------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """One worker of an elastic ``torchrun`` fit (see ``tests/lightning/test_elastic.py``):
 
-python -m torch.distributed.run --nnodes=1:3 --rdzv-backend=c10d ... -m tests.scripts.elastic OUT HOLD_AT
+python -m torch.distributed.run --nnodes=1:3 --rdzv-backend=c10d ... -m tests.scripts.elastic OUT
 
 Every attempt (each start of the worker group: the first, and each restart after a failure or a change of
 membership) resumes from ``OUT/checkpoints/last.ckpt`` when there is one, and appends each training step
@@ -8,7 +8,7 @@ it takes to ``OUT/steps-<pid>.jsonl``: ``[attempt, start_step, rank, world, epoc
 ``start_step`` being the global step its checkpoint restored (the consistent point). ``attempt`` orders
 the attempts (rank 0's monotonic clock at the start of the fit, the same on every rank).
 
-The first attempt on two processes holds at global step ``HOLD_AT`` (0: never), after that step's checkpoint is written:
+The first attempt on two processes holds at global step ``HOLD_AT``, after that step's checkpoint is written:
 every rank writes ``OUT/held-<rank>`` (its pid), then waits, without training further, until the test has
 changed the group (killed an agent, a worker, or started another agent) and either ``OUT/go`` appears
 (then it continues, into a peer that may be gone) or its agent stops it (SIGTERM: it exits at once).
@@ -32,6 +32,8 @@ from torch import Tensor
 from lightning_shard import ShardStrategy
 from tests.helpers.lightning_app import Recorder, loader
 
+HOLD_AT = 3
+"""The global step after which the first attempt on two processes holds: mid-epoch 0 (5 steps of 4 samples)."""
 LENGTH = 20
 BATCH = 2
 EPOCHS = 2
@@ -95,7 +97,7 @@ class ElasticRecorder(Recorder):
 
 
 def main() -> None:
-    out_dir, hold_at = sys.argv[1], int(sys.argv[2])
+    out_dir = sys.argv[1]
     world, local = int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_WORLD_SIZE"])
     checkpoints = Path(out_dir) / "checkpoints"
     trainer = pl.Trainer(
@@ -109,7 +111,7 @@ def main() -> None:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    model = ElasticRecorder(out_dir, hold_at)
+    model = ElasticRecorder(out_dir, HOLD_AT)
     trainer.fit(model, loader(LENGTH, BATCH, shuffle=True), ckpt_path="last")
     print(f"rank {trainer.global_rank} of {trainer.world_size}: fit done", flush=True)
 
