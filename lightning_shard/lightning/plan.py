@@ -139,8 +139,7 @@ def _padding(
     """
     if batches is None or state.dataset_length is None:
         return None, None
-    before = resumed.base * global_batch // state.step_size if state.step_size else 0
-    left = max(state.dataset_length - before, 0)
+    left = max(state.dataset_length - state.samples_in(resumed.base), 0)
     covered = (batches - resumed.base_steps) * global_batch
     if state.drop_last:
         return 0, max(left - covered, 0)

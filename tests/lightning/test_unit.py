@@ -232,7 +232,8 @@ def test_plan_after_an_elastic_resume_counts_the_padding_of_the_steps_left(
     saved_on: int, resumed_on: int
 ) -> None:
     """The padding of an epoch resumed on another number of processes: the steps before ran at the old
-    global batch, only the rest at the new one (2 -> 3 once said 10 padded where 2 were)."""
+    global batch, only the rest at the new one (2 -> 3 once said 10 padded where 2 were); and the real
+    samples of its last step, which ``gather_for_metrics`` keeps."""
     saved = prepare_with_options(loader(50, 4), ShardOptions(), Topology(saved_on, 0))
     batches = iter(saved)
     next(batches), next(batches)
@@ -248,11 +249,16 @@ def test_plan_after_an_elastic_resume_counts_the_padding_of_the_steps_left(
         num_training_batches=len(resumed[0]),
         accumulate_grad_batches=1,
     )
-    ids = [i for shard in resumed for batch in shard for i in batch["id"].tolist()]
+    steps = [[batch["id"].tolist() for batch in shard] for shard in resumed]
+    ids = [i for shard in steps for batch in shard for i in batch]
     left = 50 - 2 * 4 * saved_on
     assert len(set(ids)) == left, "the rest of the epoch, each sample once"
     assert plan.padded_samples == len(ids) - left == {(2, 3): 2, (3, 2): 6}[saved_on, resumed_on]
     assert f"{plan.padded_samples} samples padded in the last step" in str(plan)
+    # NOTE: what `gather_for_metrics` keeps of the last step (2 -> 3 once said 2 real samples of 10).
+    last = [i for shard in steps for i in shard[-1]]
+    real = len(last) - plan.padded_samples
+    assert all(shard.remainder == real for shard in resumed) and len(set(last[:real])) == real
 
 
 def test_plan_says_nothing_about_schedulers_it_does_not_scale() -> None:
