@@ -27,8 +27,9 @@ class ShardPlan:
         steps_per_epoch: optimizer steps per epoch, after ``limit_train_batches`` and
             ``accumulate_grad_batches`` (``None``: unsized data).
         dataset_length: samples in the dataset (``None``: unsized).
-        padded_samples: duplicates added so the last step is full on every process.
-        dropped_samples: samples left out because of ``drop_last=True``.
+        padded_samples: duplicates added so the last step is full on every process, in the epoch the fit
+            starts in (after a resume on another number of processes: in what was left of it).
+        dropped_samples: samples left out because of ``drop_last=True`` (the same epoch).
         scheduler_scaling: how ``interval="step"`` schedulers are stepped (empty: the fit has none).
         short_schedulers: step schedulers whose schedule ends before the fit stops stepping them.
         mode: ``"shard"`` (each process loads its part) or ``"dispatch"`` (process 0 loads).
