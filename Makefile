@@ -3,7 +3,7 @@
 # `make gpu-check` the CUDA tests (on a GPU machine), `make test-matrix` every cell of the combination
 # matrix (long; `make test` runs a sample). All create or reuse `.venv`. `make test-oldest` runs the
 # Lightning and loader tests on the oldest
-# supported releases, in `.venv-oldest`.
+# supported releases, in `.venv-oldest`. `make test-ray` installs the `ray` extra and runs the Ray Train tests.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -18,7 +18,7 @@ TORCH_PIN := tests/torch-constraints.txt
 LITDATA := litdata==0.2.76
 LITDATA_DEPS := lightning-utilities filelock numpy boto3 requests "urllib3>=1.26" tifffile obstore
 
-.PHONY: demo test docs dist test-oldest test-matrix bench gpu-check
+.PHONY: demo test docs dist test-oldest test-matrix test-ray bench gpu-check
 
 $(STAMP): pyproject.toml $(TORCH_PIN)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -78,6 +78,12 @@ dist: $(STAMP)
 
 test-oldest: $(OLDEST)/.installed
 	OMP_NUM_THREADS=1 $(OLDEST_PY) -m pytest -q tests/lightning tests/loaders
+
+# NOTE: opt-in: Ray is heavy (a cluster on this machine, two workers; about two minutes), so neither the
+# `test` extra nor `make test` has it. This installs the `ray` extra into .venv and runs tests/ray.
+test-ray: $(STAMP)
+	$(PY) -m pip install -q -c $(TORCH_PIN) -e ".[ray]"
+	LIGHTNING_SHARD_TEST_RAY=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -rs tests/ray
 
 bench: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bench_index.py

@@ -16,7 +16,14 @@ peak memory of one process:
   baseline) against the compact all-reduce;
 - gather_for_metrics: ``gather_in_process_order`` of a step's outputs, the previous implementation
   (kept below) against the vectorised one;
-- stream agreement: one fetch's all-reduce of the ended flags and counts of a natively sharded stream.
+- stream agreement: one fetch's check of a natively sharded stream: now one integer (and, at a fetch where a
+  share ends, the ``3 x N`` vector of who ended), before the ``3 x N`` vector at every fetch;
+- audit epoch end: the audit callback's agreement on whether every process ended its epoch, now one
+  integer's minimum, before an object all-gather of one flag per process.
+
+Every row also says how many bytes this process received in its collectives per call (the size of each
+reduced tensor, of each gathered output, of each unpickled object), as the stand-in counts them: what
+must stay flat in ``N`` on the per-step and per-epoch paths.
 
 Times are medians (gc collected before and disabled while timing, variants alternating); memory is
 the rise of the peak resident set (``VmHWM`` after resetting it, Linux) over the resident set before.
@@ -57,6 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._datasets import Indices  # noqa: E402
 from lightning_shard import BatchSamplerShard, ShardAudit, prepare_data_loader  # noqa: E402
+from lightning_shard.comm.collectives import all_true  # noqa: E402
 from lightning_shard.comm.gather import gather_in_process_order, merge_parts  # noqa: E402
 from lightning_shard.comm.tree import Node, flatten, is_tensor_tree, map_leaves  # noqa: E402
 from lightning_shard.loaders.streams import _Agreement  # noqa: E402
@@ -88,6 +96,8 @@ class LocalGroup:
     def __init__(self, rank: int, world: int) -> None:
         self.rank, self.world = rank, world
         self.receive = True
+        self.received = 0
+        """Bytes this process received in its collectives (an all-reduce counts its tensor once)."""
         """``False``: the all-gathers into one tensor fill only small buffers (headers, up to 64
         elements per process) and leave large ones as the network would write them, untouched."""
 
@@ -113,11 +123,13 @@ class LocalGroup:
         group: Any = None,
         async_op: bool = False,
     ) -> Any:
+        self.received += tensor.numel() * tensor.element_size()
         if op == real_dist.ReduceOp.SUM:
             tensor.mul_(self.world)
         return _Done() if async_op else None
 
     def all_gather_single(self, out: torch.Tensor, local: torch.Tensor, group: Any = None) -> None:
+        self.received += out.numel() * out.element_size()
         if self.receive or local.numel() <= 64:
             out.view(self.world, -1).copy_(local.reshape(1, -1))
 
@@ -125,10 +137,12 @@ class LocalGroup:
 
     def all_gather(self, outs: list[torch.Tensor], local: torch.Tensor, group: Any = None) -> None:
         for out in outs:
+            self.received += out.numel() * out.element_size()
             out.copy_(local)
 
     def all_gather_object(self, outs: list[Any], value: Any, group: Any = None) -> None:
         blob = pickle.dumps(value)
+        self.received += len(blob) * len(outs)
         for index in range(len(outs)):
             outs[index] = pickle.loads(blob)
 
@@ -263,8 +277,8 @@ def _fixed_malloc_thresholds() -> None:
     _LIBC.mallopt(-1, 1 << 17)  # NOTE: M_TRIM_THRESHOLD
 
 
-def measure(variants: dict[str, Callable[[], Any]], repeats: int) -> dict[str, tuple[float, int]]:
-    """Median time and peak memory rise of each variant, the variants alternating."""
+def measure(variants: dict[str, Callable[[], Any]], repeats: int) -> dict[str, tuple[float, int, int]]:
+    """Median time, peak memory rise and bytes received per call of each variant, the variants alternating."""
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(repeats):
         for name, run in variants.items():
@@ -276,7 +290,19 @@ def measure(variants: dict[str, Callable[[], Any]], repeats: int) -> dict[str, t
                 times[name].append(time.perf_counter() - start)
             finally:
                 gc.enable()
-    return {name: (statistics.median(times[name]), _peak_rise(run)) for name, run in variants.items()}
+    return {
+        name: (statistics.median(times[name]), _peak_rise(run), _received(run))
+        for name, run in variants.items()
+    }
+
+
+def _received(run: Callable[[], Any]) -> int:
+    """Bytes one call of ``run`` receives in collectives (0 outside ``playing``: no collective is simulated)."""
+    if not isinstance(_CURRENT, LocalGroup):
+        return 0
+    before = _CURRENT.received
+    run()
+    return _CURRENT.received - before
 
 
 # -- the paths -------------------------------------------------------------------------------------------
@@ -332,9 +358,9 @@ def index_rows(sizes: list[int], worlds: list[int], repeats: int, full_cap: int)
                         },
                         repeats,
                     )
-                    for path, (seconds, peak) in result.items():
+                    for path, (seconds, peak, received) in result.items():
                         note = f"state {state_bytes:,} B" if path == "resume" else ""
-                        rows.append(_row(path, n, world, label, seconds, peak, note))
+                        rows.append(_row(path, n, world, label, seconds, peak, received, note))
                     print(rows[-1], file=sys.stderr, flush=True)
     return rows
 
@@ -349,8 +375,9 @@ def audit_rows(n: int, worlds: list[int], repeats: int, old_cap_bytes: int) -> l
             if world * n // 4 <= old_cap_bytes:
                 variants["all-gather of bitmaps (before)"] = partial(old_audit_gather, audit)
             payload = len(json.dumps(audit.gather().to_state()))
-            for label, (seconds, peak) in measure(variants, repeats).items():
-                rows.append(_row("audit", n, world, label, seconds, peak, f"checkpoint record {payload:,} B"))
+            for label, (seconds, peak, received) in measure(variants, repeats).items():
+                note = f"checkpoint record {payload:,} B"
+                rows.append(_row("audit", n, world, label, seconds, peak, received, note))
         print(rows[-1], file=sys.stderr, flush=True)
     return rows
 
@@ -382,12 +409,9 @@ def gather_rows(worlds: list[int], repeats: int) -> list[str]:
                 "object signature + lists (before)": partial(old_gather_in_process_order, outputs),
                 "vectorised (now), receive buffers left to the network": partial(_without_receive, outputs),
             }
-            for label, (seconds, peak) in measure(variants, repeats).items():
-                rows.append(
-                    _row(
-                        "gather_for_metrics", None, world, label, seconds, peak, f"{world * BATCH:,} rows out"
-                    )
-                )
+            for label, (seconds, peak, received) in measure(variants, repeats).items():
+                note = f"{world * BATCH:,} rows out"
+                rows.append(_row("gather_for_metrics", None, world, label, seconds, peak, received, note))
         print(rows[-1], file=sys.stderr, flush=True)
     return rows
 
@@ -396,24 +420,66 @@ def stream_rows(worlds: list[int], repeats: int) -> list[str]:
     rows = []
     for world in worlds:
         with playing(world - 1, world):
-            ((seconds, peak),) = measure(
-                {"": partial(_fetch, _Agreement(world, world - 1, counted=True))}, repeats
-            ).values()
-            rows.append(
-                _row("stream agreement (per fetch)", None, world, "all-reduce of 3 x N", seconds, peak, "")
-            )
+            variants = {
+                "all-reduce of 1 integer (now)": partial(_fetch, world, ended=False),
+                "all-reduce of 1 integer + 3 x N, a fetch where a share ends (now)": partial(
+                    _fetch, world, ended=True
+                ),
+                "all-reduce of 3 x N (before)": partial(old_fetch, world),
+            }
+            for label, (seconds, peak, received) in measure(variants, repeats).items():
+                note = "per step" if "ends" not in label else "at most once per share and epoch"
+                rows.append(
+                    _row("stream agreement (per fetch)", None, world, label, seconds, peak, received, note)
+                )
+        print(rows[-1], file=sys.stderr, flush=True)
     return rows
 
 
-def _fetch(agreement: _Agreement) -> list[int]:
-    agreement.start(False, [BATCH, 0])
+def _fetch(world: int, ended: bool) -> list[int] | None:
+    """One fetch's check; ``ended``: this fetch is the one at which the shares end (a fresh agreement)."""
+    agreement = _Agreement(world, world - 1, counted=True)
+    agreement.start(ended, [BATCH, 0])
     return agreement.settle()
 
 
-def _row(path: str, n: int | None, world: int, variant: str, seconds: float, peak: int, note: str) -> str:
+def old_fetch(world: int) -> list[int]:
+    """A fetch's check as of commit 710fab5: the ``3 x N`` vector of ended flags and counts, every fetch."""
+    vector = torch.zeros(3 * world, dtype=torch.int64)
+    vector[world - 1], vector[2 * world - 1] = 0, BATCH
+    _CURRENT.all_reduce(vector)
+    return [int(value) for value in vector.tolist()]
+
+
+def epoch_end_rows(worlds: list[int], repeats: int) -> list[str]:
+    """The audit callback's end-of-epoch agreement: did every process end its epoch."""
+    rows = []
+    for world in worlds:
+        with playing(world - 1, world):
+            variants = {
+                "all-reduce (min) of 1 integer (now)": partial(all_true, True),
+                "object all-gather of a flag per process (before)": partial(old_all_ended, True),
+            }
+            for label, (seconds, peak, received) in measure(variants, repeats).items():
+                rows.append(_row("audit epoch end", None, world, label, seconds, peak, received, "per epoch"))
+        print(rows[-1], file=sys.stderr, flush=True)
+    return rows
+
+
+def old_all_ended(flag: bool) -> bool:
+    """The audit callback's agreement as of commit 710fab5: ``all(all_gather_objects(flag))``."""
+    flags: list[Any] = [None] * _CURRENT.get_world_size()
+    _CURRENT.all_gather_object(flags, flag)
+    return all(flags)
+
+
+def _row(
+    path: str, n: int | None, world: int, variant: str, seconds: float, peak: int, received: int, note: str
+) -> str:
     size = "" if n is None else f"{n:.0e}".replace("e+0", "e")
     return (
-        f"| {path} | {size} | {world:,} | {variant} | {seconds * 1000:,.1f} | {peak / 2**20:,.1f} | {note} |"
+        f"| {path} | {size} | {world:,} | {variant} | {seconds * 1000:,.1f} | {peak / 2**20:,.1f} "
+        f"| {received:,} | {note} |"
     )
 
 
@@ -486,8 +552,9 @@ def main() -> None:
         sizes = [10**6, 10**7, 10**8] if args.full else [10**6, 10**7]
         worlds = [8, 1024, 4096, 16384] if args.full else [8, 1024, 16384]
         header = [
-            "| path | n | N | variant | time per process (ms) | peak memory per process (MB) | notes |",
-            "|---|---|---:|---|---:|---:|---|",
+            "| path | n | N | variant | time per process (ms) | peak memory per process (MB) "
+            "| received per process (B) | notes |",
+            "|---|---|---:|---|---:|---:|---:|---|",
         ]
         rows = index_rows(sizes, worlds, args.repeats, full_cap=10**8 if args.full else 10**7)
         rows += audit_rows(
@@ -498,6 +565,7 @@ def main() -> None:
         )
         rows += gather_rows([2, 64, 1024, 16384], args.repeats)
         rows += stream_rows([8, 1024, 16384], args.repeats)
+        rows += epoch_end_rows([8, 1024, 16384], args.repeats)
         print("\n".join(header + rows))
     print(
         f"\ngather_for_metrics at N = 2, real gloo processes, median of {5 * args.repeats} x {_CALLS} calls"

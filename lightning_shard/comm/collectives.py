@@ -41,6 +41,16 @@ def all_gather_objects(value: Any) -> list[Any]:
     return gathered
 
 
+def all_true(flag: bool) -> bool:
+    """Whether ``flag`` holds on every process: one all-reduce (a minimum) of one integer, whatever the
+    number of processes (``flag`` itself without a process group)."""
+    if not is_distributed():
+        return flag
+    value = torch.tensor([int(flag)], dtype=torch.int64, device=communication_device())
+    dist.all_reduce(value, op=dist.ReduceOp.MIN)
+    return bool(value.item())
+
+
 def communication_device() -> torch.device:
     """The device tensors must be on for the default group's backend (CUDA for NCCL)."""
     if is_distributed() and dist.get_backend() == "nccl":

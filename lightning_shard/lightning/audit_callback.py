@@ -20,7 +20,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
 from lightning_shard.audit import AuditReport, ShardAudit, sharding_allowances
-from lightning_shard.comm.collectives import all_gather_objects
+from lightning_shard.comm.collectives import all_true
 from lightning_shard.lightning.stages import ShardLoader, flatten_loaders, is_shard_loader
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
 from lightning_shard.loaders.state import LoaderState
@@ -224,7 +224,8 @@ class ShardAuditCallback(Callback):
         report = self._merged(audit).report()
         # NOTE: agreed by all, so that every process raises, or none: one raising alone would leave the
         # others waiting in their next collective.
-        complete = all(all_gather_objects(loader.end_of_dataloader))
+        # NOTE: one integer's minimum, whatever the number of processes (docs/DESIGN.md, "Scale").
+        complete = all_true(loader.end_of_dataloader)
         before = 0 if self._before is None else self._before.records
         result = EpochAudit(trainer.current_epoch, report, self._resumed_after, complete, before)
         self.audits.append(result)

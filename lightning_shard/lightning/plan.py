@@ -9,7 +9,7 @@ from lightning.fabric.utilities.data import sized_len
 
 from lightning_shard.lightning.schedulers import SchedulerScaling, ShortSchedule
 from lightning_shard.lightning.stages import ShardLoader
-from lightning_shard.loaders.position import ShardingInfo
+from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.streams import describe_stream
 from lightning_shard.sampling.balance import is_balanced
 from lightning_shard.sampling.samplers import ScalableRandomSampler
@@ -27,9 +27,10 @@ class ShardPlan:
         steps_per_epoch: optimizer steps per epoch, after ``limit_train_batches`` and
             ``accumulate_grad_batches`` (``None``: unsized data).
         dataset_length: samples in the dataset (``None``: unsized).
-        padded_samples: duplicates added so the last step is full on every process.
-        dropped_samples: samples left out because of ``drop_last=True``.
-        scheduler_scaling: how ``interval="step"`` schedulers are stepped.
+        padded_samples: duplicates added so the last step is full on every process, in the epoch the fit
+            starts in (after a resume on another number of processes: in what was left of it).
+        dropped_samples: samples left out because of ``drop_last=True`` (the same epoch).
+        scheduler_scaling: how ``interval="step"`` schedulers are stepped (empty: the fit has none).
         short_schedulers: step schedulers whose schedule ends before the fit stops stepping them.
         mode: ``"shard"`` (each process loads its part) or ``"dispatch"`` (process 0 loads).
         stream: how an iterable dataset is split and how uneven ends are handled (``None``: map-style).
@@ -67,7 +68,8 @@ class ShardPlan:
         )
         return (
             f"lightning_shard plan: {self.num_processes} process{'' if self.num_processes == 1 else 'es'} "
-            f"({self.mode}), {sizes}, {steps} optimizer steps per epoch{padding}{dropped}, {self.scheduler_scaling}"
+            f"({self.mode}), {sizes}, {steps} optimizer steps per epoch{padding}{dropped}"
+            + (f", {self.scheduler_scaling}" if self.scheduler_scaling else "")
             + "".join(f" (WARNING: {short}: it ends early)" for short in self.short_schedulers)
             + (f"; stream: {self.stream}" if self.stream else "")
             + (
@@ -85,12 +87,17 @@ def plan_for(
     num_training_batches: float,
     accumulate_grad_batches: int,
     short_schedulers: list[ShortSchedule] | None = None,
+    step_schedulers: bool = True,
 ) -> ShardPlan:
-    """The plan of ``loader`` for a fit that runs ``num_training_batches`` batches per epoch."""
+    """The plan of ``loader`` for a fit that runs ``num_training_batches`` batches per epoch.
+
+    ``step_schedulers``: whether the fit has a scheduler that ``scaling`` applies to; without one the
+    plan says nothing about scheduler stepping.
+    """
     state = loader.sharding
     global_batch = loader.total_batch_size
     batches = sized_len(loader)
-    padded, dropped = _padding(state, batches, global_batch)
+    padded, dropped = _padding(state, batches, global_batch, _resumed_at(loader))
     steps = (
         None
         if math.isinf(num_training_batches)
@@ -108,7 +115,7 @@ def plan_for(
         dataset_length=state.dataset_length,
         padded_samples=padded,
         dropped_samples=dropped,
-        scheduler_scaling=scaling.describe(),
+        scheduler_scaling=scaling.describe() if step_schedulers else "",
         mode=state.mode,
         short_schedulers=tuple(short.describe() for short in short_schedulers or ()),
         stream=describe_stream(loader),
@@ -116,18 +123,32 @@ def plan_for(
     )
 
 
-def _padding(state: ShardingInfo, batches: int | None, global_batch: int) -> tuple[int | None, int | None]:
-    """(padded, dropped) samples of a whole epoch; ``None`` when the lengths are unknown."""
+def _resumed_at(loader: ShardLoader) -> Position:
+    """Where the epoch the fit starts in stands: a checkpoint's restore, the epoch in progress, or none."""
+    pending = loader.pending_position
+    return pending if pending is not None else loader.resumption.position
+
+
+def _padding(
+    state: ShardingInfo, batches: int | None, global_batch: int, resumed: Position
+) -> tuple[int | None, int | None]:
+    """(padded, dropped) samples of the epoch the fit starts in; ``None`` when the lengths are unknown.
+
+    NOTE: after an elastic resume the epoch's first ``base_steps`` steps ran under another number of
+    processes and consumed ``base`` units (``state.step_size`` per step now): only the steps left run at
+    this global batch, over the samples left.
+    """
     if batches is None or state.dataset_length is None:
         return None, None
-    covered = batches * global_batch
+    left = max(state.dataset_length - state.samples_in(resumed.base), 0)
+    covered = (batches - resumed.base_steps) * global_batch
     if state.drop_last:
-        return 0, max(state.dataset_length - covered, 0)
+        return 0, max(left - covered, 0)
     if not state.even_batches or (
         state.mode == "shard" and is_balanced(state.even_batches, state.dataset_length, state.num_processes)
     ):
         return 0, 0
     if state.mode == "dispatch":
         # NOTE: a dispatched last global batch is completed to the next multiple of `N` rows.
-        return -(state.dataset_length % global_batch) % state.num_processes, 0
-    return max(covered - state.dataset_length, 0), 0
+        return -(left % global_batch) % state.num_processes, 0
+    return max(covered - left, 0), 0

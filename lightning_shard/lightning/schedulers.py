@@ -54,11 +54,20 @@ def wrap_schedulers(
     return [_wrapped(config, optimizers, scaling) for config in configs]
 
 
+def has_step_schedulers(configs: list[LRSchedulerConfig]) -> bool:
+    """Whether any of ``configs`` steps per optimizer step, the kind ``SchedulerScaling`` applies to."""
+    return any(_steps_per_batch(config) for config in configs)
+
+
+def _steps_per_batch(config: LRSchedulerConfig) -> bool:
+    return config.interval == "step" and not config.reduce_on_plateau
+
+
 def _wrapped(
     config: LRSchedulerConfig, optimizers: list[Optimizer], scaling: SchedulerScaling
 ) -> LRSchedulerConfig:
     scheduler = config.scheduler
-    stepped = scaling.enabled and config.interval == "step" and not config.reduce_on_plateau
+    stepped = scaling.enabled and _steps_per_batch(config)
     if not stepped or isinstance(scheduler, ShardScheduler):
         return config
     # NOTE: the wrapped optimizers the scheduler follows (all of them when it does not say).

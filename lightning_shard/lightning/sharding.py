@@ -36,6 +36,7 @@ from lightning_shard.lightning.prediction import PredictionGatherer
 from lightning_shard.lightning.random_states import ShardRandomStatesCallback
 from lightning_shard.lightning.schedulers import (
     SchedulerScaling,
+    has_step_schedulers,
     short_schedulers,
     warn_short_schedulers,
     wrap_optimizers,
@@ -51,6 +52,7 @@ from lightning_shard.lightning.stages import (
     stage_key,
 )
 from lightning_shard.lightning.stream_evaluation import gather_stream_for_metrics
+from lightning_shard.lightning.torchrun import warn_about_store_sharing
 from lightning_shard.loaders.state import STATE_FORMAT
 from lightning_shard.loaders.streams import StreamReport
 from lightning_shard.optim import ShardOptimizer
@@ -83,6 +85,7 @@ class StrategySharding:
 
     def __init__(self, strategy: HostStrategy, arguments: Mapping[str, Any]) -> None:
         check_lightning_version()
+        warn_about_store_sharing()
         self._strategy = strategy
         self.options = ShardOptions.from_kwargs(arguments)
         self.strategy_options = StrategyOptions.from_kwargs(arguments)
@@ -214,6 +217,7 @@ class StrategySharding:
             num_training_batches=trainer.num_training_batches,
             accumulate_grad_batches=trainer.accumulate_grad_batches,
             short_schedulers=short,
+            step_schedulers=has_step_schedulers(configs),
         )
         rank_zero_info(str(self.shard_plan))
         warn_short_schedulers(short)

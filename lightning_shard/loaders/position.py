@@ -81,13 +81,21 @@ class ShardingInfo:
         batch_size = self.batch_size or 0
         return batch_size if self.split_batches else batch_size * self.num_processes
 
-    def remainder(self) -> int:
-        """Real samples of the last (padded) global batch, or -1 when no batch is padded or it is unknown."""
+    def samples_in(self, base: int) -> int:
+        """Samples in ``base`` units of ``Position.base`` (batches of the user's loader, or a stream's elements)."""
+        return base * self.total_batch_size // self.step_size if self.step_size else 0
+
+    def remainder(self, before: int = 0) -> int:
+        """Real samples of the last (padded) global batch, or -1 when no batch is padded or it is unknown.
+
+        ``before``: samples consumed before this sharding took over the epoch (an elastic resume); the rest
+        is split in global batches of this sharding.
+        """
         if self.drop_last or self.dataset_length is None or not self.total_batch_size:
             return -1
         if self.mode == "shard" and is_balanced(self.even_batches, self.dataset_length, self.num_processes):
             return -1
-        return self.dataset_length % self.total_batch_size
+        return max(self.dataset_length - before, 0) % self.total_batch_size
 
     def pads(self, remainder: int) -> bool:
         """Whether an epoch whose last global batch has ``remainder`` samples repeats some to fill it."""

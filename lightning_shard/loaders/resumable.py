@@ -129,7 +129,8 @@ class Resumption:
         position.generator_state = encode_generator_state(self.source.generator())
         position.steps, position.base, position.base_steps = start.steps, start.base, start.base_steps
         position.workers, position.in_epoch = start.workers, True
-        self.remainder = self.source.sharding().remainder()
+        sharding = self.source.sharding()
+        self.remainder = sharding.remainder(before=sharding.samples_in(start.base))
         return position
 
     def finish_epoch(self) -> None:

@@ -1,16 +1,19 @@
 """Streams: one end agreement, four ways to end (docs/DESIGN.md, "Streaming data", "No hangs").
 
-Each fetch starts, one batch ahead and asynchronously, an all-reduce waited for only before that batch is
-yielded (its latency overlaps the step on the batch before; a check at the epoch's end would pair with
-the collectives of a step one process takes alone). What it carries and does is the ``stream_ends`` policy:
+Each fetch starts, one batch ahead and asynchronously, an all-reduce of one integer, waited for only
+before that batch is yielded (its latency overlaps the step on the batch before; a check at the epoch's
+end would pair with the collectives of a step one process takes alone): how many processes' streams have
+ended. Its size does not depend on the number of processes (docs/DESIGN.md, "Scale"). What follows is
+the ``stream_ends`` policy:
 
 - ``"same"`` (strided, ``even_batches=True``): every process reads the whole stream, so all end at the same
-  step. One int: how many ended here; if only some did, every process raises at once.
-- ``"pad"`` (native, ``even_batches=True``): a ``3 x N`` vector, which processes' streams have ended and
-  how many real and padding samples each yielded (so the state needs no collective). A process whose
-  stream ended continues from the start of its share until every stream has ended.
-- ``"shortest"`` (``even_batches=False``): the same vector; every process stops at the first end; the
-  others count what they leave unseen (by reading it: a stream has no length) and rank 0 reports it.
+  step; if only some did, every process raises at once.
+- ``"pad"`` (native, ``even_batches=True``): at a step where that count rises (the same step on every
+  process), one more all-reduce of a ``3 x N`` vector says which processes' streams have ended and how
+  many real and padding samples each yielded (so the state needs no collective). A process whose stream
+  ended continues from the start of its share until every stream has ended.
+- ``"shortest"`` (``even_batches=False``): the same; every process stops at the first end; the others
+  count what they leave unseen (by reading it: a stream has no length) and rank 0 reports it.
 - ``"own"`` (predict): no agreement; each process reads its share to its end.
 """
 
@@ -208,8 +211,13 @@ class StreamRun:
         """Whether every rank of the group iterates this stream (all of them, or a whole mesh's ranks)."""
         return self.stream_ends != OWN and self.num_processes > 1 and is_distributed() and self.spans_group
 
-    def _stops(self, vector: list[int], step: int, ended_here: bool) -> bool:
-        """Whether the epoch ends here; records who ended; raises everywhere on an uneven end it cannot take."""
+    def _stops(self, vector: list[int] | None, step: int, ended_here: bool) -> bool:
+        """Whether the epoch ends here; records who ended; raises everywhere on an uneven end it cannot take.
+
+        ``vector`` is ``None`` when no stream ended since the last check: nothing changes.
+        """
+        if vector is None:
+            return False
         if self.stream_ends == SAME:
             return _all_ended(vector[0], ended_here, step)
         size = self.num_processes
@@ -326,26 +334,27 @@ class _Share:
 
 
 class _Agreement:
-    """One asynchronous all-reduce (a sum over the group) per fetch, settled before that batch is yielded.
+    """One asynchronous all-reduce (a sum over the group) of one integer per fetch, settled before that batch
+    is yielded: how many ranks' streams have ended.
 
-    ``counted=False`` (``"same"``) sends one int, this process's "my stream ended here": the sum says how
-    many did. ``counted=True`` sends the ``3 x N`` vector: each process's ended flag, real and padding
-    samples, in its own entries.
+    ``counted=False`` (``"same"``) needs only that count. ``counted=True`` learns who ended, and how many
+    real and padding samples each process yielded, at the checks where the count rises (each process's
+    stream ends once an epoch, so at most ``N`` checks; usually a few at the epoch's end): one more
+    all-reduce, synchronous, of the ``3 x N`` vector of each process's ended flag and two counts in its
+    own entries, as of that fetch. Every process sees the same count, so all take part in it or none.
     """
 
     def __init__(self, num_processes: int, process_index: int, counted: bool) -> None:
         self.size, self.rank, self.counted = num_processes, process_index, counted
         self._pending: tuple[torch.Tensor, Any] | None = None
+        self._sent: tuple[bool, int, int] = (False, 0, 0)
+        self._ended = 0
+        """Ranks whose stream had ended at the last check."""
 
     def start(self, exhausted: bool, counts: list[int]) -> None:
-        if not self.counted:
-            vector = torch.tensor([int(exhausted)], dtype=torch.int64, device=communication_device())
-        else:
-            vector = torch.zeros(3 * self.size, dtype=torch.int64, device=communication_device())
-            vector[self.rank] = int(exhausted)
-            vector[self.size + self.rank] = counts[0]
-            vector[2 * self.size + self.rank] = counts[1]
-        self._pending = (vector, dist.all_reduce(vector, async_op=True))
+        flag = torch.tensor([int(exhausted)], dtype=torch.int64, device=communication_device())
+        self._sent = (exhausted, counts[0], counts[1])
+        self._pending = (flag, dist.all_reduce(flag, async_op=True))
 
     def drain(self) -> None:
         """Wait for a started check whose answer is no longer needed."""
@@ -353,13 +362,29 @@ class _Agreement:
             self._pending[1].wait()
             self._pending = None
 
-    def settle(self) -> list[int]:
+    def settle(self) -> list[int] | None:
+        """``[ended]`` (``counted=False``); else the ``3 x N`` vector if a stream ended since the last check,
+        ``None`` if none did."""
         assert self._pending is not None  # NOTE: each settle follows its start in `StreamRun.batches`.
-        vector, work = self._pending
+        flag, work = self._pending
         self._pending = None
         work.wait()
+        ended = int(flag.item())
         if not self.counted:
-            return [int(vector.item())]
+            return [ended]
+        if ended == self._ended:
+            return None
+        self._ended = ended
+        return self._vector()
+
+    def _vector(self) -> list[int]:
+        """Who ended and what each yielded, as of the fetch just checked (a synchronous all-reduce)."""
+        exhausted, real, padding = self._sent
+        vector = torch.zeros(3 * self.size, dtype=torch.int64, device=communication_device())
+        vector[self.rank] = int(exhausted)
+        vector[self.size + self.rank] = real
+        vector[2 * self.size + self.rank] = padding
+        dist.all_reduce(vector)
         # NOTE: under a mesh every rank of a data-parallel index reads the same share and writes the same
         # entries, so each is counted once per rank of its index.
         peers = dist.get_world_size() // self.size

@@ -121,6 +121,8 @@ def test_dispatch_iterable_dataset(modes: tuple[Path, str]) -> None:
     # 45 samples: the last global batch has 5 rows, completed to 6 with the first sample of the epoch.
     assert steps[-1][0][2] + steps[-1][1][2] == [40, 41, 42, 43, 44, 0]
     assert "(dispatch)" in output and "1 samples padded" in output
+    (dispatch_plan,) = [line for line in output.splitlines() if "plan: 2 processes (dispatch)" in line]
+    assert "scheduler" not in dispatch_plan, "an interval='epoch' scheduler is not scaled: nothing to say"
     # StepLR(gamma=0.5) with interval="epoch" steps once after each epoch's last batch, unscaled.
     assert [lr for _, lr in records[0]["lr"]] == pytest.approx([0.1] * 5 + [0.05] * 6 + [0.025])
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,14 +10,9 @@ import pytest
 
 from tests.helpers.lightning_app import read_records
 from tests.helpers.runner import ROOT, kill_group, run_command
+from tests.helpers.torchrun import free_port
 
 pytestmark = pytest.mark.lightning
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _torchrun(node_rank: int, port: int, out: Path) -> list[str]:
@@ -31,7 +25,7 @@ def _torchrun(node_rank: int, port: int, out: Path) -> list[str]:
 
 
 def test_two_nodes_shard_globally(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     second = subprocess.Popen(
         _torchrun(1, port, tmp_path),
         cwd=ROOT,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import os
 import pickle
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -37,12 +39,14 @@ from lightning_shard.lightning.plan import plan_for
 from lightning_shard.lightning.prediction import merge_in_order
 from lightning_shard.lightning.schedulers import (
     SchedulerScaling,
+    has_step_schedulers,
     scheduler_horizon,
     wrap_optimizers,
     wrap_schedulers,
 )
 from lightning_shard.lightning.sharding import StrategySharding
 from lightning_shard.lightning.stages import stage_defaults
+from lightning_shard.lightning.torchrun import agent_arguments, node_range, store_sharing_problem
 from lightning_shard.loaders.position import ResumeHook
 from lightning_shard.loaders.state import encode_generator_state
 from lightning_shard.prepare import prepare_with_options
@@ -221,6 +225,94 @@ def test_plan_line() -> None:
     split = prepare_with_options(loader(50, 8), ShardOptions(split_batches=True), Topology(2, 0))
     plan = plan_for(split, SchedulerScaling(True, True, 2), num_training_batches=7, accumulate_grad_batches=1)
     assert (plan.process_batch_size, plan.global_batch_size, plan.padded_samples) == (4, 8, 6)
+
+
+@pytest.mark.parametrize(("saved_on", "resumed_on"), [(2, 3), (3, 2)])
+def test_plan_after_an_elastic_resume_counts_the_padding_of_the_steps_left(
+    saved_on: int, resumed_on: int
+) -> None:
+    """The padding of an epoch resumed on another number of processes: the steps before ran at the old
+    global batch, only the rest at the new one (2 -> 3 once said 10 padded where 2 were); and the real
+    samples of its last step, which ``gather_for_metrics`` keeps."""
+    saved = prepare_with_options(loader(50, 4), ShardOptions(), Topology(saved_on, 0))
+    batches = iter(saved)
+    next(batches), next(batches)
+    state = saved.state_dict()
+    resumed = []
+    for rank in range(resumed_on):
+        shard = prepare_with_options(loader(50, 4), ShardOptions(), Topology(resumed_on, rank))
+        shard.load_state_dict(state)  # NOTE: as the strategy loads a checkpoint's state before the plan
+        resumed.append(shard)
+    plan = plan_for(
+        resumed[0],
+        SchedulerScaling(True, False, resumed_on),
+        num_training_batches=len(resumed[0]),
+        accumulate_grad_batches=1,
+    )
+    steps = [[batch["id"].tolist() for batch in shard] for shard in resumed]
+    ids = [i for shard in steps for batch in shard for i in batch]
+    left = 50 - 2 * 4 * saved_on
+    assert len(set(ids)) == left, "the rest of the epoch, each sample once"
+    assert plan.padded_samples == len(ids) - left == {(2, 3): 2, (3, 2): 6}[saved_on, resumed_on]
+    assert f"{plan.padded_samples} samples padded in the last step" in str(plan)
+    # NOTE: what `gather_for_metrics` keeps of the last step (2 -> 3 once said 2 real samples of 10).
+    last = [i for shard in steps for i in shard[-1]]
+    real = len(last) - plan.padded_samples
+    assert all(shard.remainder == real for shard in resumed) and len(set(last[:real])) == real
+
+
+def test_plan_says_nothing_about_schedulers_it_does_not_scale() -> None:
+    optimizer = torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=1.0)
+    step = LRSchedulerConfig(torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0), interval="step")
+    epoch = LRSchedulerConfig(torch.optim.lr_scheduler.StepLR(optimizer, 1), interval="epoch")
+    plateau = LRSchedulerConfig(
+        torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer), interval="step", reduce_on_plateau=True
+    )
+    assert not has_step_schedulers([]) and not has_step_schedulers([epoch, plateau])
+    assert has_step_schedulers([epoch, step])
+    shard = prepare_with_options(loader(50, 4), ShardOptions(), Topology(2, 1))
+    for scaling in (SchedulerScaling(True, False, 2), SchedulerScaling(False, False, 2)):
+        plan = plan_for(
+            shard, scaling, num_training_batches=7, accumulate_grad_batches=1, step_schedulers=False
+        )
+        assert str(plan).endswith("6 samples padded in the last step") and "scheduler" not in str(plan)
+
+
+# -- torchrun ---------------------------------------------------------------------------------------
+
+
+def test_an_elastic_torchrun_sharing_its_store_is_named_with_the_fix() -> None:
+    """Real launches: tests/lightning/test_elastic.py; here every case of the check."""
+    worker = {"TORCHELASTIC_RUN_ID": "job", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    elastic = ["/usr/bin/python", "-m", "torch.distributed.run", "--nnodes=1:3", "--rdzv-backend=c10d"]
+    problem = store_sharing_problem(worker, elastic)
+    assert problem is not None and "`--nnodes=1:3`" in problem
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nnodes=1:3" in problem
+    assert node_range(["torchrun", "--nnodes", "2:4"], {}) == (2, 4)
+    assert node_range(["torchrun"], {"PET_NNODES": "1:2"}) == (1, 2), "torchrun's environment default"
+    assert store_sharing_problem(worker, ["torchrun", "--nnodes=2"]) is None, "not elastic"
+    assert store_sharing_problem(worker, ["torchrun", "--nnodes=2:2"]) is None, "not elastic"
+    assert store_sharing_problem({**worker, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}, elastic) is None
+    assert store_sharing_problem({**worker, "TORCHELASTIC_USE_AGENT_STORE": "False"}, elastic) is None
+    assert store_sharing_problem({}, elastic) is None, "not started by torchrun"
+    assert agent_arguments(os.getpid())[0].endswith(("python", "python3", "python3.11"))
+
+
+def test_ray_is_imported_only_by_its_module() -> None:
+    """``import lightning_shard`` never imports Ray (it would raise here); without Ray, its module names the
+    extra to install."""
+    script = (
+        "import sys\n"
+        "sys.modules['ray'] = None  # NOTE: as if Ray were not installed: importing it raises ImportError\n"
+        "import lightning_shard, lightning_shard.lightning\n"
+        "try:\n"
+        "    import lightning_shard.lightning.ray\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert 'pip install "lightning_shard[ray]"' in done.stdout
 
 
 # -- gathering -------------------------------------------------------------------------------------

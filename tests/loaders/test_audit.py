@@ -16,6 +16,7 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 from lightning_shard import BatchSamplerShard, DataLoaderShard, prepare_data_loader
 from lightning_shard import audit as audit_module
 from lightning_shard.audit import ShardAudit, expected_padding_and_missing
+from lightning_shard.comm.collectives import all_true
 from tests.helpers.datasets import IdMap, IdStream
 from tests.helpers.dist import run_distributed
 
@@ -273,6 +274,8 @@ def gather_runs(rank: int, world_size: int) -> dict[str, Any]:
         ShardAudit(10 + rank).gather()
     except ValueError as error:
         results["lengths"] = str(error)
+    # NOTE: the audit callback's end-of-epoch agreement (whether every process ended its epoch).
+    results["all_true"] = [all_true(True), all_true(rank == 0), all_true(rank == 1), all_true(False)]
     return results
 
 
@@ -290,6 +293,7 @@ def test_gather_sums_compact_counts_exactly_across_chunks() -> None:
     assert results[0]["state"] == oracle.to_state(), "the same bitmaps as merging the processes' audits"
     counts = Counter(index for rank in range(2) for index in _chunked_records(rank))
     assert results[0]["report"].repeated == sum(1 for count in counts.values() if count > 1)
+    assert results[0]["all_true"] == results[1]["all_true"] == [True, False, False, False]
     for rank in range(2):  # refused on every process, so none is left waiting in a collective
         assert "`dataset_length` from 10 to 11" in results[rank]["lengths"]
         assert f"(this one: {10 + rank})" in results[rank]["lengths"]

@@ -1,0 +1,74 @@
+"""What an elastic ``torchrun`` launch needs that the strategy can see from inside a worker
+(docs/guides/multi-machine.md, docs/DESIGN.md "Lightning adapter").
+
+torch shares the rendezvous' TCP store with the workers by default, and the agent that is rank 0 publishes
+its address (``MASTER_ADDR``) only at its first rendezvous: a node that joins a running elastic job
+(``--nnodes=MIN:MAX``) then waits for an address that never comes, and the rendezvous fails after 60
+seconds on every node (the whole job stops). ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in every agent's environment avoids it. A worker cannot
+set it for its agent (the agent read it before starting the worker), so the strategy says so at start-up.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+
+SHARE_SETTING = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+def node_range(arguments: Sequence[str], environ: Mapping[str, str]) -> tuple[int, int] | None:
+    """The ``(MIN, MAX)`` of a ``torchrun`` command line's ``--nnodes`` (or of ``PET_NNODES``, torchrun's
+    environment default); ``None`` when it is not a range or cannot be read."""
+    value = environ.get("PET_NNODES")
+    for index, argument in enumerate(arguments):
+        if argument.startswith("--nnodes="):
+            value = argument.split("=", 1)[1]
+        elif argument == "--nnodes" and index + 1 < len(arguments):
+            value = arguments[index + 1]
+    if value is None or ":" not in value:
+        return None
+    low, high = value.split(":", 1)
+    return (int(low), int(high)) if low.isdigit() and high.isdigit() else None
+
+
+def store_sharing_problem(environ: Mapping[str, str], agent_arguments: Sequence[str]) -> str | None:
+    """The warning for a worker of an elastic ``torchrun`` whose agents share the rendezvous store, else
+    ``None`` (not started by ``torchrun``, not elastic, or already set)."""
+    if "TORCHELASTIC_RUN_ID" not in environ or environ.get(SHARE_SETTING) == "1":
+        return None
+    if environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    nodes = node_range(agent_arguments, environ)
+    if nodes is None or nodes[0] == nodes[1]:
+        return None
+    return (
+        f"lightning_shard: this job was started by an elastic `torchrun` (`--nnodes={nodes[0]}:{nodes[1]}`) "
+        "whose agents share the rendezvous store with the workers (torch's default). A node that joins "
+        "later cannot start: the agent of rank 0 publishes its address only at its first rendezvous, so "
+        "the new node waits for it, and after 60 s the rendezvous fails on every node: the whole job "
+        "stops. Start every `torchrun` "
+        f"of the job with `{SHARE_SETTING}=1` in its environment, e.g. "
+        f"`{SHARE_SETTING}=1 torchrun --nnodes={nodes[0]}:{nodes[1]} ...` (a worker cannot set it for its "
+        "agent). Nodes that leave and workers that fail restart without it."
+    )
+
+
+def agent_arguments(pid: int | None = None) -> list[str]:
+    """The command line of this worker's ``torchrun`` agent, its parent (empty where ``/proc`` has none)."""
+    try:
+        raw = (Path("/proc") / str(pid or os.getppid()) / "cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def warn_about_store_sharing() -> None:
+    """Warn once, on rank 0, when an elastic ``torchrun`` launch cannot grow (see the module's docstring)."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return
+    problem = store_sharing_problem(os.environ, agent_arguments())
+    if problem is not None:
+        rank_zero_warn(problem)
