@@ -138,8 +138,8 @@ def _padding(
     processes and consumed ``base`` units (``state.step_size`` per step now): only the steps left run at
     this global batch, over the samples left.
     """
-    if batches is None or state.dataset_length is None:
-        return None, None
+    if batches is None or state.dataset_length is None or not global_batch:
+        return None, None  # NOTE: a batch sampler without `batch_size` (max tokens): sizes vary, no count.
     left = max(state.dataset_length - state.samples_in(resumed.base), 0)
     covered = (batches - resumed.base_steps) * global_batch
     if state.drop_last:

@@ -51,6 +51,7 @@ from lightning_shard.loaders.position import ResumeHook
 from lightning_shard.loaders.state import encode_generator_state
 from lightning_shard.prepare import prepare_with_options
 from tests.helpers.lightning_app import Recorder, loader
+from tests.helpers.samplers import MaxTokens
 
 # -- registration and options ----------------------------------------------------------------------
 
@@ -276,6 +277,20 @@ def test_plan_says_nothing_about_schedulers_it_does_not_scale() -> None:
             shard, scaling, num_training_batches=7, accumulate_grad_batches=1, step_schedulers=False
         )
         assert str(plan).endswith("6 samples padded in the last step") and "scheduler" not in str(plan)
+
+
+@pytest.mark.parametrize("dispatch", [False, True])
+def test_plan_of_a_batch_sampler_without_batch_size_leaves_the_padding_unknown(dispatch: bool) -> None:
+    """A max-tokens batch sampler has no batch size: no padding can be counted (dispatch once divided by 0,
+    harness defect 15)."""
+    variable = DataLoader(range(50), batch_sampler=MaxTokens(50))
+    shard = prepare_with_options(
+        variable, ShardOptions(dispatch_batches=dispatch, put_on_device=dispatch), Topology(1, 0)
+    )
+    plan = plan_for(
+        shard, SchedulerScaling(True, False, 1), num_training_batches=len(shard), accumulate_grad_batches=1
+    )
+    assert plan.padded_samples is None and "unknown samples padded" in str(plan)
 
 
 # -- torchrun ---------------------------------------------------------------------------------------

@@ -62,16 +62,9 @@ KNOWN_DEFECTS: list[tuple[int, str, Callable[[Cell], bool]]] = [
             and c.kill_at > EXIT_AFTER
         ),
     ),
-    (
-        15,
-        "`dispatch_batches=True` over a batch sampler without `batch_size` (max tokens) under a Trainer: the "
-        "shard plan divides by the global batch size, 0 (`ZeroDivisionError` in `lightning/plan.py` "
-        "`_padding`, at `on_train_start`, before any step); a Fabric loop has no plan and is exact",
-        lambda c: c.sampler == "max_tokens" and c.mode == "dispatch" and c.strategy != "fabric",
-    ),
 ]
 """Defects not fixed yet: ``(defect, what, which cells show it)``. 1-4 (issue 17's) and 7-9, 11-13 (found
-by this harness) are fixed; 10 is Lightning's own; 15 was found by the sampler axis; 14 was the harness's
+by this harness) and 15 (found by the sampler axis) are fixed; 10 is Lightning's own; 14 was the harness's
 own expectation (a state saved after a Fabric loop's ``break`` continues the epoch left, as torchdata's
 does, so such a loop saves inside the loop: docs/guides/parallel.md). Delete a row when its fix is merged
 (its cells then pass; a strict ``xfail`` that passes fails the suite)."""
