@@ -25,7 +25,8 @@ def _imported(path: Path) -> list[str]:
 
 
 def test_core_modules_do_not_import_lightning() -> None:
-    core = [path for path in CORE if path != PACKAGE / "__init__.py"]
+    # NOTE: the package and `ray.py` are entry points: they import the adapter (Lightning, Ray) on purpose.
+    core = [path for path in CORE if path not in (PACKAGE / "__init__.py", PACKAGE / "ray.py")]
     assert len(core) > 15, "the core modules were found"
     for path in core:
         imported = _imported(path)

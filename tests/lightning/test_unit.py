@@ -321,7 +321,7 @@ def test_ray_is_imported_only_by_its_module() -> None:
         "sys.modules['ray'] = None  # NOTE: as if Ray were not installed: importing it raises ImportError\n"
         "import lightning_shard, lightning_shard.lightning\n"
         "try:\n"
-        "    import lightning_shard.lightning.ray\n"
+        "    import lightning_shard.ray\n"
         "except ImportError as error:\n"
         "    print(error)\n"
     )

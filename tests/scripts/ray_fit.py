@@ -24,7 +24,7 @@ from ray.train import FailureConfig, RunConfig, ScalingConfig
 from ray.train.lightning import prepare_trainer
 from ray.train.torch import TorchTrainer
 
-from lightning_shard.lightning.ray import RayShardStrategy, ShardReportCallback, restored_checkpoint
+from lightning_shard.ray import RayShardStrategy, ShardReportCallback, restored_checkpoint
 from tests.helpers.lightning_app import loader
 from tests.scripts.elastic import BATCH, EPOCHS, HOLD_AT, HOLD_BOUND, HOLD_WORLD, LENGTH, ElasticRecorder
 
