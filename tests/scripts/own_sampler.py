@@ -4,12 +4,13 @@
     python -m tests.scripts.own_sampler PHASE OUT_DIR   (from the repository root)
 
 ``two`` (2 processes, ``ShardStrategy``): for each sampler of ``tests/helpers/samplers.py`` and
-``WeightedRandomSampler`` without a generator, an uninterrupted fit, a fit stopped in epoch 1 with a
-checkpoint, and that checkpoint resumed; then a model with dropout over data augmented in the main process
-(``num_workers=0``, torch's global RNG), uninterrupted, stopped mid-epoch and resumed. ``one`` (1 process):
+``WeightedRandomSampler`` without a generator, an uninterrupted fit that checkpoints in epoch 1, and that
+checkpoint resumed; then a model with dropout over data augmented in the main process (``num_workers=0``,
+torch's global RNG), uninterrupted with a checkpoint mid-epoch, and resumed. ``one`` (1 process):
 the samplers' uninterrupted fits. ``model_parallel`` (2 processes, data parallel 2, FSDP2): the dropout
 fits with ``ShardModelParallelStrategy``. ``fabric`` (2 processes): the dropout run with
-``ShardFabricStrategy``, saved and loaded through ``fabric.save`` / ``fabric.load``. Each fit records the
+``ShardFabricStrategy``, saved and loaded through ``fabric.save`` / ``fabric.load``. Each uninterrupted
+run writes the checkpoint its resumed run starts from, at the step a killed run would have left it. Each fit records the
 ids of every step and its final weights, exactly (``float.hex``).
 """
 
@@ -77,22 +78,24 @@ def _dir(out: Path, name: str) -> Path:
     return path
 
 
+def _saving(checkpoints: Path, every: int) -> dict[str, Any]:
+    """Trainer settings that write a checkpoint every ``every`` steps (the uninterrupted fit writes the one
+    the resumed fit starts from: what a fit killed after that step would have left)."""
+    save = ModelCheckpoint(checkpoints, every_n_train_steps=every, save_top_k=-1, filename="{step}")
+    return {"callbacks": [save], "enable_checkpointing": True}
+
+
 def sampler_fits(out: Path, kind: str, devices: int) -> None:
-    """The uninterrupted fit; on 2 processes also the stopped one and its resume."""
-    full = _dir(out, f"{kind}/full{devices}")
+    """The uninterrupted fit; on 2 processes it checkpoints, and that checkpoint is resumed."""
+    full, checkpoints = _dir(out, f"{kind}/full{devices}"), out / kind / "checkpoints"
     pl.seed_everything(0)
-    trainer(full, devices=devices, max_epochs=2).fit(Exact(str(full)), sampler_loader(kind))
+    saving = _saving(checkpoints, STOP[kind]) if devices == 2 else {}
+    trainer(full, devices=devices, max_epochs=2, **saving).fit(Exact(str(full)), sampler_loader(kind))
     if devices == 1:
         return
-    stop, checkpoints = _dir(out, f"{kind}/stop"), out / kind / "checkpoints"
-    save = ModelCheckpoint(checkpoints, every_n_train_steps=STOP[kind], filename="{step}")
-    pl.seed_everything(0)
-    trainer(stop, max_steps=STOP[kind], callbacks=[save], enable_checkpointing=True).fit(
-        Exact(str(stop)), sampler_loader(kind)
-    )
     resume = _dir(out, f"{kind}/resume")
-    (checkpoint,) = checkpoints.glob("*.ckpt")
     pl.seed_everything(1)  # NOTE: nothing but the checkpoint may carry the order
+    checkpoint = checkpoints / f"step={STOP[kind]}.ckpt"
     trainer(resume, max_epochs=2).fit(Exact(str(resume)), sampler_loader(kind), ckpt_path=str(checkpoint))
 
 
@@ -138,18 +141,14 @@ class ShardedDropout(Dropout):
 
 
 def dropout_fits(out: Path, name: str, make_strategy: Any, model: type[Dropout]) -> None:
-    """Uninterrupted, stopped after ``DROPOUT_STOP`` steps (mid-epoch 0), resumed: 2 epochs."""
-    full = _dir(out, f"{name}/full")
+    """Uninterrupted (checkpointed after ``DROPOUT_STOP`` steps, mid-epoch 0) and resumed: 2 epochs."""
+    full, checkpoints = _dir(out, f"{name}/full"), out / name / "checkpoints"
     pl.seed_everything(0)
-    trainer(full, make_strategy(), max_epochs=2).fit(model(str(full)), augmented_loader())
-    stop, checkpoints = _dir(out, f"{name}/stop"), out / name / "checkpoints"
-    save = ModelCheckpoint(checkpoints, every_n_train_steps=DROPOUT_STOP, filename="{step}")
-    pl.seed_everything(0)
-    trainer(stop, make_strategy(), max_steps=DROPOUT_STOP, callbacks=[save], enable_checkpointing=True).fit(
-        model(str(stop)), augmented_loader()
+    trainer(full, make_strategy(), max_epochs=2, **_saving(checkpoints, DROPOUT_STOP)).fit(
+        model(str(full)), augmented_loader()
     )
     resume = _dir(out, f"{name}/resume")
-    (checkpoint,) = checkpoints.glob("*.ckpt")
+    checkpoint = checkpoints / f"step={DROPOUT_STOP}.ckpt"
     pl.seed_everything(1)
     trainer(resume, make_strategy(), max_epochs=2).fit(
         model(str(resume)), augmented_loader(), ckpt_path=str(checkpoint)
@@ -168,7 +167,7 @@ def fabric_dropout(out: Path) -> None:
         model, optimizer = fabric.setup(net, torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9))
         return model, optimizer, fabric.setup_dataloaders(augmented_loader())
 
-    def train(model: Any, optimizer: Any, data: Any, start: int, stop: int | None) -> list[Any]:
+    def train(model: Any, optimizer: Any, data: Any, start: int, save_at: int | None) -> list[Any]:
         steps: list[Any] = []
         for epoch in range(start, 2):
             for batch in data:
@@ -177,8 +176,9 @@ def fabric_dropout(out: Path) -> None:
                 fabric.backward(loss)
                 optimizer.step()
                 steps.append([epoch, batch["id"].tolist()])
-                if stop is not None and len(steps) == stop:
-                    return steps
+                if len(steps) == save_at:
+                    state = {"model": model, "optimizer": optimizer, "loader": data, "epoch": epoch}
+                    fabric.save(run / "stop.ckpt", state)
         return steps
 
     def write(name: str, model: Any, steps: list[Any]) -> None:
@@ -187,11 +187,7 @@ def fabric_dropout(out: Path) -> None:
         (run / f"{name}_rank{fabric.global_rank}.json").write_text(json.dumps(record))
 
     model, optimizer, data = setup(0)
-    write("full", model, train(model, optimizer, data, 0, None))
-    model, optimizer, data = setup(0)
-    steps = train(model, optimizer, data, 0, DROPOUT_STOP)
-    fabric.save(run / "stop.ckpt", {"model": model, "optimizer": optimizer, "loader": data, "epoch": 0})
-    write("stop", model, steps)
+    write("full", model, train(model, optimizer, data, 0, DROPOUT_STOP))
     model, optimizer, data = setup(1)
     rest = fabric.load(run / "stop.ckpt", {"model": model, "optimizer": optimizer, "loader": data})
     write("resume", model, train(model, optimizer, data, rest["epoch"], None))
