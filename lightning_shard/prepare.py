@@ -222,7 +222,7 @@ def _kept_with_own_randomness(batch_sampler: Any, sampler: Any, options: ShardOp
     seeded = options.use_seedable_sampler and (drawing or global_draws)
     if not (global_draws or seeded):
         return batch_sampler
-    generator = getattr(getattr(batch_sampler, "sampler", None), "generator", None) or _own_generator()
+    generator = generator_of(batch_sampler) or _own_generator()
     seed = (options.data_seed if options.data_seed is not None else torch.initial_seed()) if seeded else None
     return OwnDraws(batch_sampler, generator, seed, global_draws)
 

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch.utils.data import TensorDataset, default_collate, default_convert
 
+from lightning_shard.sampling.permutation import splitmix64
+
 _MASK = (1 << 63) - 1
 _DRAW_FREE_DATASETS = (TensorDataset, range, list, tuple, torch.Tensor)
 """Dataset types whose ``__getitem__`` draws nothing."""
@@ -47,15 +49,8 @@ def fetch_seed(seed: int, epoch: int, process_index: int, step: int) -> int:
     """A seed for fetch ``step`` of ``epoch`` on ``process_index``: distinct inputs, unrelated seeds."""
     value = seed & _MASK
     for part in (epoch, process_index, step):
-        value = _mix(value ^ (part + 0x9E3779B97F4A7C15))
+        value = splitmix64(value ^ (part + 0x9E3779B97F4A7C15)) & _MASK
     return value
-
-
-def _mix(value: int) -> int:
-    """SplitMix64's finaliser, to 63 bits."""
-    value = (value ^ (value >> 30)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
-    value = (value ^ (value >> 27)) * 0x94D049BB133111EB & 0xFFFFFFFFFFFFFFFF
-    return (value ^ (value >> 31)) & _MASK
 
 
 def isolated_fetches(

@@ -87,7 +87,12 @@ def _round_keys(seed: int, epoch: int) -> list[int]:
     keys = []
     for _ in range(_ROUNDS):
         state = (state + 0x9E3779B97F4A7C15) & _MASK64
-        mixed = ((state ^ (state >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        mixed = ((mixed ^ (mixed >> 27)) * 0x94D049BB133111EB) & _MASK64
-        keys.append((mixed ^ (mixed >> 31)) & _MASK32)
+        keys.append(splitmix64(state) & _MASK32)
     return keys
+
+
+def splitmix64(state: int) -> int:
+    """SplitMix64's finaliser: a 64-bit integer mixed so that nearby inputs give unrelated outputs."""
+    mixed = ((state ^ (state >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    mixed = ((mixed ^ (mixed >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return mixed ^ (mixed >> 31)
