@@ -17,7 +17,6 @@ from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
 from lightning_shard.loaders.streams import PAD, SHORTEST, StreamEnds
 from lightning_shard.loaders.user_class import carry_user_attributes, user_loader_class, with_user_class
-from lightning_shard.loaders.variants import stateful_loader_class
 from lightning_shard.options import ShardOptions
 from lightning_shard.sampling.balance import BALANCED, EvenBatches
 from lightning_shard.sampling.batch_shard import BatchSamplerShard
@@ -253,7 +252,6 @@ def _build_map_shard(
         index_source = {"sampler": shard, "batch_size": None}
     return _construct(
         DataLoaderShard,
-        options,
         dataloader,
         dataloader.dataset,
         device=device if options.put_on_device else None,
@@ -318,7 +316,6 @@ def _build_iterable_shard(
     per_process = batch_size // topology.num_processes if options.split_batches else batch_size
     return _construct(
         DataLoaderShard,
-        options,
         dataloader,
         dataset,
         device=device if options.put_on_device else None,
@@ -358,7 +355,6 @@ def _build_dispatcher(
         kwargs["batch_sampler"] = BatchSamplerShard(batch_sampler, even_batches=False)
     return _construct(
         DataLoaderDispatcher,
-        options,
         dataloader,
         dataset,
         device=device,
@@ -406,12 +402,12 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
     return loader
 
 
-def _construct(base: type, options: ShardOptions, dataloader: DataLoader, dataset: Any, **kwargs: Any) -> Any:
-    """``base`` (or its ``StatefulDataLoader`` variant with ``use_stateful_dataloader=True``) over
-    ``dataset``; a user's ``DataLoader`` subclass stays one, with its attributes (``loaders/user_class.py``)."""
+def _construct(base: type, dataloader: DataLoader, dataset: Any, **kwargs: Any) -> Any:
+    """``base`` over ``dataset``; a user's ``DataLoader`` subclass stays one, with its attributes
+    (``loaders/user_class.py``). ``use_stateful_dataloader`` in ``kwargs`` picks the ``StatefulDataLoader``
+    variant (``ResumableLoader.__new__``)."""
     user = user_loader_class(dataloader)
-    cls = with_user_class(base, user)
-    loader = (stateful_loader_class(cls) if options.use_stateful_dataloader else cls)(dataset, **kwargs)
+    loader = with_user_class(base, user)(dataset, **kwargs)
     if user is not None:
         carry_user_attributes(loader, dataloader)
     return loader

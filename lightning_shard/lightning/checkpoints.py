@@ -19,7 +19,6 @@ import lightning.pytorch as pl
 from lightning_shard.lightning._private import training_batches_ready
 from lightning_shard.lightning.stages import ShardLoader, flatten_loaders, is_shard_loader
 from lightning_shard.loaders.position import Consumed
-from lightning_shard.loaders.state import LoaderState
 
 
 class LightningResumeHook:
@@ -28,13 +27,15 @@ class LightningResumeHook:
     Args:
         trainer: the trainer whose fit loop consumes the loader.
         loader: the training loader this hook is set on.
-        on_resharded: called when a state written by another number of processes is loaded.
+        resharded: what the loader calls when it loads a state written by another number of processes
+            (the strategy passes ``ShardEpochCallback.reload_next_epoch``: Lightning must measure the loaders
+            again at the next epoch, as the resumed one counts differently).
     """
 
-    def __init__(self, trainer: pl.Trainer, loader: ShardLoader, on_resharded: Callable[[], None]) -> None:
+    def __init__(self, trainer: pl.Trainer, loader: ShardLoader, *, resharded: Callable[[], None]) -> None:
         self.trainer = trainer
         self.loader = loader
-        self.on_resharded = on_resharded
+        self.resharded = resharded
 
     def consumed(self) -> Consumed:
         """The training steps taken in the epoch; the epoch is over once Lightning saw its last batch."""
@@ -50,10 +51,6 @@ class LightningResumeHook:
         ahead = max(yielded) - ready
         return Consumed(max(self.loader.steps_taken - ahead, 0))
 
-    def resharded(self, saved: LoaderState) -> None:
-        """Have Lightning measure the loaders again at the next epoch (the resumed one counts differently)."""
-        self.on_resharded()
-
 
 class EvaluationResumeHook:
     """A ``ResumeHook`` for validation / test / predict loaders: their saved state is their epoch's start."""
@@ -61,5 +58,5 @@ class EvaluationResumeHook:
     def consumed(self) -> Consumed:
         return Consumed(0)
 
-    def resharded(self, saved: LoaderState) -> None:
+    def resharded(self) -> None:
         """Nothing to realign: Lightning measures evaluation loaders at every run."""

@@ -3,6 +3,7 @@ calls from short overrides of Lightning's hooks (``ShardingHooks``; docs/DESIGN.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
@@ -169,7 +170,7 @@ class StrategySharding:
         if is_shard_loader(loader):
             loader.set_epoch(trainer.current_epoch)
             loader.resume_hook = LightningResumeHook(
-                trainer, loader, lambda: self._epoch_callback.reload_next_epoch(trainer)
+                trainer, loader, resharded=functools.partial(self._epoch_callback.reload_next_epoch, trainer)
             )
             _load_early(loader, checkpoint_loader_states(trainer), position)
             if self.strategy_options.audit:

@@ -26,19 +26,27 @@ class ResumableLoader(DataLoader):
     resumption: Resumption
     """Set by the loader's ``__init__`` over the loader's ``IndexSource``."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Register a class that is also a ``StatefulDataLoader`` as the stateful variant of its first base.
+
+        The built-in ``Stateful*`` classes register this way, and so does each class
+        ``stateful_loader_class`` builds for a user's subclass (the first one registered for a base stays).
+        """
+        super().__init_subclass__(**kwargs)
+        first = cls.__bases__[0]
+        if issubclass(cls, StatefulDataLoader) and not issubclass(first, StatefulDataLoader):
+            _STATEFUL_VARIANTS.setdefault(first, cls)
+
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         """``cls``, or its ``StatefulDataLoader`` variant when ``use_stateful_dataloader=True`` asks for it.
 
         The seed's contract: ``DataLoaderShard(dataset, ..., use_stateful_dataloader=True)`` is backed by
         torchdata's ``StatefulDataLoader``. A constructor returning a subclass of its class is the pattern
-        of ``pathlib.Path()`` (a ``PosixPath``); Python then runs ``__init__`` on it as usual.
+        of ``pathlib.Path()`` (a ``PosixPath``); Python then runs ``__init__`` on it as usual. This is the
+        one place the flag picks a class (``prepare_data_loader`` passes it on, as a user does).
         """
-        if not issubclass(cls, StatefulDataLoader) and _asks_stateful(cls, args, kwargs):
-            # NOTE: imported here: `variants` imports the loader modules, which import this one.
-            from lightning_shard.loaders.variants import stateful_loader_class
-
-            variant: type = stateful_loader_class(cls)  # type: ignore[arg-type]
-            return super().__new__(variant)
+        if _asks_stateful(cls, args, kwargs):
+            return super().__new__(stateful_loader_class(cls))
         return super().__new__(cls)
 
     def _user_batches(self) -> Iterator[Any]:
@@ -187,8 +195,36 @@ class LoaderSource:
         return None if cursor is None else seeded_order(getattr(cursor.batch_sampler, "batch_sampler", None))
 
 
+_STATEFUL_VARIANTS: dict[type, type] = {}
+"""Each loader class's ``StatefulDataLoader`` variant, registered by ``ResumableLoader.__init_subclass__``."""
+
+
+def stateful_loader_class(cls: type) -> type:
+    """``cls`` combined with ``StatefulDataLoader`` (``cls`` itself when it already is one).
+
+    Our state stays the loader's ``state_dict()``: the shard state comes first in the class order.
+    One class per ``cls``: the built-in variants, else one made at the first call (and registered).
+
+    Raises:
+        TypeError: if ``cls`` is not a ``DataLoaderShard`` or ``DataLoaderDispatcher`` (sub)class.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, ResumableLoader)) or cls is ResumableLoader:
+        raise TypeError(
+            f"`stateful_loader_class` takes `DataLoaderShard`, `DataLoaderDispatcher` or a subclass, got "
+            f"{cls!r}. Pass the loader class itself, e.g. `stateful_loader_class(MyShard)`."
+        )
+    if issubclass(cls, StatefulDataLoader):
+        return cls
+    if cls not in _STATEFUL_VARIANTS:
+        type(f"Stateful{cls.__name__}", (cls, StatefulDataLoader), {"__module__": cls.__module__})
+    return _STATEFUL_VARIANTS[cls]
+
+
 def _asks_stateful(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Whether a constructor call of ``cls`` passes ``use_stateful_dataloader=True`` (by name or position)."""
+    """Whether a constructor call of ``cls``, not yet stateful, passes ``use_stateful_dataloader=True`` (by
+    name or position)."""
+    if issubclass(cls, StatefulDataLoader):
+        return False
     if "use_stateful_dataloader" in kwargs:
         return bool(kwargs["use_stateful_dataloader"])
     index = _stateful_argument_index(cls)

@@ -22,7 +22,7 @@ from lightning_shard.loaders.base import LoaderSource, ResumableLoader
 from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.resumable import Resumption
-from lightning_shard.loaders.settings import check_stateful_class, loader_settings, sampler_kind
+from lightning_shard.loaders.settings import loader_settings, sampler_kind
 from lightning_shard.loaders.state import decode_generator_state
 from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader
 from lightning_shard.sampling.balance import chunk
@@ -46,8 +46,8 @@ class DataLoaderDispatcher(ResumableLoader):
         device: where each slice is put (``None``: left where it is).
         split_batches: split each batch instead of joining ``N`` batches.
         skip_batches: steps to skip at the start of the first iteration.
-        use_stateful_dataloader: whether this loader is backed by torchdata's ``StatefulDataLoader``
-            (``True`` needs ``StatefulDataLoaderDispatcher`` or ``stateful_loader_class(cls)``).
+        use_stateful_dataloader: back this loader by torchdata's ``StatefulDataLoader``: ``True`` makes
+            the constructor return ``StatefulDataLoaderDispatcher`` (``stateful_loader_class(cls)``).
         slice_fn: ``slice_fn(batch, slice, process_index=, num_processes=)``; default cuts every tensor
             and sequence along dimension 0.
         non_blocking: asynchronous host-to-device copies.
@@ -59,7 +59,6 @@ class DataLoaderDispatcher(ResumableLoader):
 
     Raises:
         ValueError: if several processes are asked for without a running process group.
-        TypeError: on ``use_stateful_dataloader=True`` for a class that is not a ``StatefulDataLoader``.
     """
 
     def __init__(
@@ -78,7 +77,6 @@ class DataLoaderDispatcher(ResumableLoader):
         **kwargs: Any,
     ) -> None:
         skip_batches = check_non_negative("skip_batches", skip_batches)
-        check_stateful_class(self, use_stateful_dataloader)
         topology = topology if topology is not None else resolve_topology(num_processes, process_index)
         _check_group(topology)
         if kwargs.get("batch_sampler") is not None and not isinstance(dataset, IterableDataset):

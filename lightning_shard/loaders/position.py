@@ -7,13 +7,10 @@ and the code that drives them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from lightning_shard.loaders.settings import STREAM_KINDS
 from lightning_shard.sampling.balance import EvenBatches, is_balanced
-
-if TYPE_CHECKING:
-    from lightning_shard.loaders.state import LoaderState
 
 Mode = Literal["shard", "dispatch"]
 """How a loader shards: each process loads its own batches, or process 0 loads and sends slices."""
@@ -130,6 +127,6 @@ class ResumeHook(Protocol):
         """What the consumer took of the current epoch; ``None`` when the loader's own count is right."""
         ...
 
-    def resharded(self, saved: LoaderState) -> None:
-        """Called after ``load_state_dict`` loaded ``saved``, written by another number of processes."""
+    def resharded(self) -> None:
+        """Called after ``load_state_dict`` loaded a state written by another number of processes."""
         ...

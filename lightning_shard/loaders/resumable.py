@@ -228,7 +228,7 @@ class Resumption:
         self.pending = replace(at, base=base, base_steps=base_steps, workers=workers)
         self.position.epoch = at.epoch
         if resharded and self.resume_hook is not None:
-            self.resume_hook.resharded(saved)
+            self.resume_hook.resharded()
 
 
 def _stream_epoch_workers(saved: LoaderState, info: ShardingInfo, num_workers: int) -> int | None:

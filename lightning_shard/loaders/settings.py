@@ -6,7 +6,6 @@ import inspect
 from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
-from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lightning_shard.sampling.native_stream import NATIVE, SELF, STRIDE
 
@@ -36,15 +35,3 @@ def sampler_kind(sampler: Any, dataset: Any) -> str:
         streamed = isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__")
         return STRIDED_STREAM if streamed else "none"
     return type(sampler).__name__
-
-
-def check_stateful_class(loader: DataLoader, use_stateful_dataloader: bool) -> None:
-    """Refuse ``use_stateful_dataloader=True`` on a loader class that is not a ``StatefulDataLoader``."""
-    if use_stateful_dataloader and not isinstance(loader, StatefulDataLoader):
-        name = type(loader).__name__
-        raise TypeError(
-            f"`use_stateful_dataloader=True` needs a loader backed by torchdata's `StatefulDataLoader`, but "
-            f"`{name}` is not one. Build `lightning_shard.loaders.variants.stateful_loader_class({name})(...)` "
-            "instead (for the built-in loaders: `StatefulDataLoaderShard` / `StatefulDataLoaderDispatcher`), or let "
-            "`prepare_data_loader(..., use_stateful_dataloader=True)` pick the class."
-        )

@@ -26,7 +26,6 @@ from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.settings import (
     STRIDED_STREAM,
-    check_stateful_class,
     loader_settings,
     sampler_kind,
 )
@@ -58,9 +57,9 @@ class DataLoaderShard(ResumableLoader):
             ``"generator"`` (the sampler's, given as ``synchronized_generator``).
         synchronized_generator: the sampler's (or iterable dataset's) generator.
         skip_batches: batches to skip at the start of the first iteration, by index only.
-        use_stateful_dataloader: whether this loader is backed by torchdata's ``StatefulDataLoader``;
-            ``True`` needs a class that is (``StatefulDataLoaderShard``, or ``stateful_loader_class(cls)``
-            for a subclass); ``prepare_data_loader`` picks it for you.
+        use_stateful_dataloader: back this loader by torchdata's ``StatefulDataLoader``: ``True`` makes
+            the constructor return its class's variant (``StatefulDataLoaderShard``, or
+            ``stateful_loader_class(cls)`` for a subclass).
         non_blocking: asynchronous host-to-device copies (useful with ``pin_memory=True``).
         topology: the data-parallel topology the shard was built for (``prepare_data_loader`` passes
             it); ``None``: the default process group is the data-parallel group.
@@ -70,8 +69,7 @@ class DataLoaderShard(ResumableLoader):
         **kwargs: any other ``DataLoader`` argument.
 
     Raises:
-        ValueError / TypeError: on a negative ``skip_batches``, bad ``rng_types``, or
-            ``use_stateful_dataloader=True`` on a class that is not a ``StatefulDataLoader``.
+        ValueError / TypeError: on a negative ``skip_batches`` or bad ``rng_types``.
     """
 
     def __init__(
@@ -90,7 +88,6 @@ class DataLoaderShard(ResumableLoader):
         **kwargs: Any,
     ) -> None:
         skip_batches = check_non_negative("skip_batches", skip_batches)
-        check_stateful_class(self, use_stateful_dataloader)
         self.rng_types = normalize_rng_types(rng_types, synchronized_generator)
         kwargs = _index_source_with_cursor(dataset, kwargs)
         init_data_loader(self, dataset, **kwargs)

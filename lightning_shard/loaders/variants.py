@@ -1,41 +1,10 @@
-"""``stateful_loader_class``: the loader class that is also torchdata's ``StatefulDataLoader``.
+"""Where ``stateful_loader_class`` was imported from in 0.2; it lives in ``loaders/base.py`` now.
 
-A factory, chosen by ``prepare_data_loader`` (``use_stateful_dataloader=True``) or called by users who
-subclass a loader; it never changes the class of an object being constructed.
+NOTE: kept so that ``from lightning_shard.loaders.variants import stateful_loader_class`` (the path the 0.2
+CHANGELOG gives) still works. The table of variants it held is gone: each ``Stateful*`` class registers
+itself (``ResumableLoader.__init_subclass__``), so the base no longer imports the loaders.
 """
 
-from __future__ import annotations
+from lightning_shard.loaders.base import stateful_loader_class
 
-import functools
-
-from torchdata.stateful_dataloader import StatefulDataLoader
-
-from lightning_shard.loaders.base import ResumableLoader
-from lightning_shard.loaders.dispatcher import DataLoaderDispatcher, StatefulDataLoaderDispatcher
-from lightning_shard.loaders.shard import DataLoaderShard, StatefulDataLoaderShard
-
-_BUILT_IN: dict[type, type] = {
-    DataLoaderShard: StatefulDataLoaderShard,
-    DataLoaderDispatcher: StatefulDataLoaderDispatcher,
-}
-
-
-@functools.cache
-def stateful_loader_class(cls: type) -> type:
-    """``cls`` combined with ``StatefulDataLoader`` (``cls`` itself when it already is one).
-
-    Our state stays the loader's ``state_dict()``: the shard state comes first in the class order.
-
-    Raises:
-        TypeError: if ``cls`` is not a ``DataLoaderShard`` or ``DataLoaderDispatcher`` (sub)class.
-    """
-    if not (isinstance(cls, type) and issubclass(cls, ResumableLoader)):
-        raise TypeError(
-            f"`stateful_loader_class` takes `DataLoaderShard`, `DataLoaderDispatcher` or a subclass, got "
-            f"{cls!r}. Pass the loader class itself, e.g. `stateful_loader_class(MyShard)`."
-        )
-    if issubclass(cls, StatefulDataLoader):
-        return cls
-    if cls in _BUILT_IN:
-        return _BUILT_IN[cls]
-    return type(f"Stateful{cls.__name__}", (cls, StatefulDataLoader), {"__module__": cls.__module__})
+__all__ = ["stateful_loader_class"]

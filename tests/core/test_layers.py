@@ -34,6 +34,57 @@ def test_core_modules_do_not_import_lightning() -> None:
         assert "lightning_shard.lightning" not in imported, path
 
 
+def _package_imports(path: Path) -> set[str]:
+    """The ``lightning_shard`` modules ``path`` imports anywhere (top level, functions, ``TYPE_CHECKING``)."""
+    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            package = module.rsplit(".", node.level)[0]
+            names = [f"{package}.{node.module}" if node.module else package]
+        elif isinstance(node, ast.ImportFrom):
+            # NOTE: `from lightning_shard.loaders import base` imports the module `base`.
+            names = [node.module or "", *(f"{node.module}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        found |= {name for name in names if name.startswith("lightning_shard")}
+    return found
+
+
+def test_no_import_circles() -> None:
+    """docs/DESIGN.md, "Layers": every module's imports form no circle, also through a function's import."""
+    modules = {
+        ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): path
+        for path in PACKAGE.rglob("*.py")
+    }
+    # NOTE: a package's `__init__` re-exports its modules, so arrows into a package are left out (a module
+    # that imports `lightning_shard.lightning.x` runs that package's `__init__`, which is an entry point).
+    graph = {
+        name: {imported for imported in _package_imports(path) if imported in modules and imported != name}
+        for name, path in modules.items()
+        if not path.name == "__init__.py"
+    }
+    graph = {name: {target for target in targets if target in graph} for name, targets in graph.items()}
+    assert len(graph) > 50 and sum(map(len, graph.values())) > 100, "the imports were read"
+    visiting: list[str] = []
+    done: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in done:
+            return
+        assert name not in visiting, f"an import circle: {' -> '.join([*visiting[visiting.index(name) :], name])}"
+        visiting.append(name)
+        for target in sorted(graph[name]):
+            visit(target)
+        visiting.pop()
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name)
+
+
 def test_no_import_machinery() -> None:
     for path in PACKAGE.rglob("*.py"):
         tree = ast.parse(path.read_text())
@@ -78,7 +129,7 @@ MOVED = {
     "NativeStreamShard": "lightning_shard.sampling.native_stream",
     "StreamReport": "lightning_shard.loaders.streams",
     "StrategyOptions": "lightning_shard.options",
-    "stateful_loader_class": "lightning_shard.loaders.variants",
+    "stateful_loader_class": "lightning_shard.loaders.base",
 }
 
 

@@ -23,7 +23,8 @@ from lightning_shard import (
     prepare_data_loader,
     skip_first_batches,
 )
-from lightning_shard.loaders.variants import stateful_loader_class
+from lightning_shard.loaders import variants
+from lightning_shard.loaders.base import stateful_loader_class
 from tests.helpers.datasets import IdMap
 from tests.helpers.loader_cases import LoaderCase, indices
 
@@ -54,6 +55,22 @@ def test_the_stateful_variants_come_from_a_factory() -> None:
         TypeError, match=r"`stateful_loader_class` takes `DataLoaderShard`.*got <class 'int'>"
     ):
         stateful_loader_class(int)
+
+
+def test_a_users_stateful_class_is_the_variant_of_its_base() -> None:
+    """A class that is also a ``StatefulDataLoader`` registers as its first base's variant (one mechanism,
+    ``ResumableLoader.__init_subclass__``); the 0.2 import path of the factory still works."""
+
+    class Base(DataLoaderShard):
+        """A user's subclass."""
+
+    class StatefulBase(Base, StatefulDataLoader):
+        """Its stateful variant, written by the user."""
+
+    assert stateful_loader_class(Base) is StatefulBase
+    assert type(Base(IdMap(8), batch_size=2, use_stateful_dataloader=True)) is StatefulBase
+    assert type(Base(IdMap(8), batch_size=2)) is Base
+    assert variants.stateful_loader_class is stateful_loader_class
 
 
 def test_a_subclass_asked_to_be_stateful_is_stateful() -> None:

@@ -154,7 +154,7 @@ class _Reporting:
     def consumed(self) -> None:
         return None
 
-    def resharded(self, saved: Any) -> None:
+    def resharded(self) -> None:
         return None
 
 
