@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -48,6 +48,22 @@ class ResumableLoader(DataLoader):
         if _asks_stateful(cls, args, kwargs):
             return super().__new__(stateful_loader_class(cls))
         return super().__new__(cls)
+
+    # -- iteration --------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        """This process's batches of the epoch: a pending restore applied (``_seek``), then ``_epoch``'s
+        batches, which the ``Resumption`` counts (the one writer of the position and of an epoch's end)."""
+        position = self.resumption.begin_epoch()
+        self._seek(position)
+        return self.resumption.run(self._epoch(position))
+
+    def _seek(self, position: Position) -> None:
+        """Make this iteration start at this process's batch ``position.start`` after ``position.base``."""
+        raise NotImplementedError
+
+    def _epoch(self, position: Position) -> Generator[tuple[Any, bool], None, None]:
+        """This process's batches of the epoch ``position`` begins, each with whether it is the last."""
+        raise NotImplementedError
 
     def _user_batches(self) -> Iterator[Any]:
         """A new iterator over the user's batches of this epoch, as the ``DataLoader`` yields them.
@@ -189,10 +205,32 @@ class LoaderSource:
         else:
             forward_epoch(self.loader.batch_sampler, epoch)
 
+    def synchronize(self) -> None:
+        """Nothing to copy from process 0 before an epoch (a ``DataLoaderShard`` copies its ``rng_types``)."""
+
     def seeded(self) -> Any:
         """What holds the seed of a seeded order (``sampling/own_sampler.py``, ``seeded_order``), or ``None``."""
         cursor = self.loader.cursor
         return None if cursor is None else seeded_order(getattr(cursor.batch_sampler, "batch_sampler", None))
+
+
+_END = object()
+
+
+def marked_last(
+    batches: Iterator[Any], move: Callable[[Any], Any] | None = None
+) -> Generator[tuple[Any, bool], None, None]:
+    """Each of ``batches`` (``move``d, if given) with whether it is the last: one batch read ahead.
+
+    NOTE: no collective: map-style data ends where arithmetic says, on every process alike.
+    """
+    current = next(batches, _END)
+    while current is not _END:
+        if move is not None:
+            current = move(current)
+        following = next(batches, _END)
+        yield current, following is _END
+        current = following
 
 
 _STATEFUL_VARIANTS: dict[type, type] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import torch
@@ -157,29 +157,23 @@ class DataLoaderDispatcher(ResumableLoader):
         return twin
 
     # -- iteration --------------------------------------------------------------------------------
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        self._seek(self.resumption.begin_epoch())
-        if self._serves:
-            return self._serve()
-        return self._receive()
+    def _epoch(self, position: Position) -> Generator[tuple[Any, bool], None, None]:
+        return self._serve() if self._serves else self._receive()
 
     def _channel(self, peer: int) -> Channel:
         if peer not in self._channels:
             self._channels[peer] = Channel(peer, communication_device())
         return self._channels[peer]
 
-    def _serve(self) -> Iterator[Any]:
+    def _serve(self) -> Generator[tuple[Any, bool], None, None]:
         """Process 0: build global batches, send each peer its slice, yield our own."""
         last = False
         own, peers = self._slice_of()
-        position = self.resumption.position
         try:
             for batch, last in self._global_slices():
                 for peer, index in peers:
                     self._channel(peer).send_batch(batch[index], last)
-                position.steps += 1
-                position.end = last
-                yield send_to_device(batch[own], self.device, self.non_blocking)
+                yield send_to_device(batch[own], self.device, self.non_blocking), last
             if not last:
                 for peer, _ in peers:
                     self._channel(peer).send_status(Status.STOP)
@@ -192,23 +186,19 @@ class DataLoaderDispatcher(ResumableLoader):
             # iteration is abandoned (Lightning stops after `len(loader)` batches) and this is closed.
             for channel in self._channels.values():
                 channel.flush()
-        self.resumption.finish_epoch()
 
-    def _receive(self) -> Iterator[Any]:
+    def _receive(self) -> Generator[tuple[Any, bool], None, None]:
         """Other processes: receive slices from process 0 until it says the epoch is over."""
-        channel, position = self._channel(0), self.resumption.position
+        channel = self._channel(0)
         while True:
             status, batch = channel.receive()
             if status is Status.ERROR:
                 raise RuntimeError(f"Process 0 failed while loading the batch to dispatch: {batch}")
             if status is Status.STOP:
-                break
-            position.steps += 1
-            position.end = status is Status.LAST
-            yield send_to_device(batch, self.device, self.non_blocking)
+                return
+            yield send_to_device(batch, self.device, self.non_blocking), status is Status.LAST
             if status is Status.LAST:
-                break
-        self.resumption.finish_epoch()
+                return
 
     def _global_slices(self) -> Iterator[tuple[list[Any], bool]]:
         """Each global batch cut into ``N`` slices, and whether it is the epoch's last."""

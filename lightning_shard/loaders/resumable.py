@@ -9,6 +9,7 @@ state"), so it is the same on every process and loads on any number of processes
 from __future__ import annotations
 
 import warnings
+from collections.abc import Generator, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -31,8 +32,9 @@ if TYPE_CHECKING:
 
 class IndexSource(Protocol):
     """What a ``Resumption`` asks of its loader: the ``sharding()``, the ``generator()`` of the epoch's order,
-    the index ``sampler()`` (if any) and what holds a seeded order's seed (``seeded()``), its ``workers()``, ``set_epoch`` for its index source, and
-    ``length_after(base)``: this process's batches in an epoch ``base`` units into which it began."""
+    the index ``sampler()`` (if any) and what holds a seeded order's seed (``seeded()``), its ``workers()``,
+    ``set_epoch`` for its index source, ``synchronize()`` (copy process 0's random states before an epoch)
+    and ``length_after(base)``: this process's batches in an epoch ``base`` units into which it began."""
 
     def sharding(self) -> ShardingInfo: ...
     def generator(self) -> torch.Generator | None: ...
@@ -41,6 +43,7 @@ class IndexSource(Protocol):
     def set_epoch(self, epoch: int) -> None: ...
     def length_after(self, base: int) -> int: ...
     def seeded(self) -> Any: ...
+    def synchronize(self) -> None: ...
 
 
 class Resumption:
@@ -107,6 +110,7 @@ class Resumption:
 
     def begin_epoch(self) -> Position:
         """Apply a pending restore (or rewind), remember the epoch's generator state; the live position."""
+        self.source.synchronize()
         restore, self.pending = self.pending, None
         position = self.position
         if restore is None and position.in_epoch and self.resume_hook is None:
@@ -132,6 +136,21 @@ class Resumption:
         sharding = self.source.sharding()
         self.remainder = sharding.remainder(before=sharding.samples_in(start.base))
         return position
+
+    def run(self, epoch: Generator[tuple[Any, bool], None, None]) -> Iterator[Any]:
+        """Yield the batches of ``epoch`` (each with whether it is the last), counting each: the one place the
+        live position moves. When ``epoch`` runs out, the epoch is finished; when the iteration is left
+        early, ``epoch`` is closed (a dispatcher flushes its sends, a stream settles its agreement)."""
+        position = self.position
+        try:
+            for batch, last in epoch:
+                position.steps += 1
+                position.end = last
+                yield batch
+        finally:
+            epoch.close()
+        position.end = True
+        self.finish_epoch()
 
     def finish_epoch(self) -> None:
         """The epoch ended: the next ``iter()`` starts the one after it."""

@@ -4,9 +4,10 @@ subclasses", "No singleton", "Global state")."""
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import math
-from collections.abc import Callable, Iterator, Sized
+from collections.abc import Callable, Generator, Iterator, Sized
 from typing import Any
 
 import torch
@@ -19,7 +20,7 @@ from lightning_shard.comm.collectives import is_distributed
 from lightning_shard.comm.rng import normalize_rng_types, synchronize_rng_states
 from lightning_shard.comm.topology import Topology
 from lightning_shard.comm.tree import batch_length, send_to_device
-from lightning_shard.loaders.base import LoaderSource, ResumableLoader
+from lightning_shard.loaders.base import LoaderSource, ResumableLoader, marked_last
 from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.main_draws import epoch_seed, fetch_seed, fetches_may_draw, isolated_fetches
 from lightning_shard.loaders.position import Position, ShardingInfo
@@ -186,15 +187,20 @@ class DataLoaderShard(ResumableLoader):
         return twin
 
     # -- iteration --------------------------------------------------------------------------------
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        synchronize_rng_states(self.rng_types, self.synchronized_generator)
-        position = self.resumption.begin_epoch()
-        self._seek(position)
+    def _epoch(self, position: Position) -> Generator[tuple[Any, bool], None, None]:
         loaded = self._user_batches() if self.cursor is None else self._isolated_batches(position)
         batches = itertools.islice(loaded, self._discard, None) if self._discard else loaded
-        if self.stream is not None:
-            return self._stream_epoch(self.stream, batches)
-        return self._look_ahead(batches)
+        device, non_blocking = self.device, self.non_blocking
+        move = (
+            None
+            if device is None
+            else functools.partial(send_to_device, device=device, non_blocking=non_blocking)
+        )
+        if self.stream is None:
+            return marked_last(batches, move)
+        # NOTE: a stream's `StreamRun` agrees with the other processes on when all stop.
+        rows = batch_length if self.batch_size is not None else _one
+        return self.stream.batches(batches, self._user_batches, rows, self.epoch, position.steps, move)
 
     def _isolated_batches(self, position: Position) -> Iterator[Any]:
         """The user's batches of a map-style epoch, their main-process draws apart from the model's."""
@@ -206,32 +212,6 @@ class DataLoaderShard(ResumableLoader):
             position.start,
             each_fetch=self.num_workers == 0 and fetches_may_draw(self.dataset, self.collate_fn),
         )
-
-    def _stream_epoch(self, stream: StreamRun, batches: Iterator[Any]) -> Iterator[Any]:
-        """``_look_ahead`` for a stream: ``StreamRun`` agrees with the other processes on when all stop."""
-        rows = batch_length if self.batch_size is not None else _one
-        device, non_blocking, position = self.device, self.non_blocking, self.resumption.position
-        move = None if device is None else lambda batch: send_to_device(batch, device, non_blocking)
-        yield from stream.batches(batches, self._user_batches, rows, self.epoch, position, move)
-        position.end = True
-        self.resumption.finish_epoch()
-
-    def _look_ahead(self, batches: Iterator[Any]) -> Iterator[Any]:
-        """Yield batches one behind the DataLoader, so the last one is known to be the last.
-
-        NOTE: no collective: map-style data ends where arithmetic says, on every process alike.
-        """
-        device, non_blocking, progress = self.device, self.non_blocking, self.resumption.position
-        current = next(batches, _END)
-        while current is not _END:
-            if device is not None:
-                current = send_to_device(current, device, non_blocking)
-            following = next(batches, _END)
-            progress.end = following is _END
-            progress.steps += 1
-            yield current
-            current = following
-        self.resumption.finish_epoch()
 
 
 class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
@@ -289,6 +269,9 @@ class _ShardSource(LoaderSource):
     def sampler(self) -> Any:
         return getattr(self._shard, "sampler", None)
 
+    def synchronize(self) -> None:
+        synchronize_rng_states(self.loader.rng_types, self.loader.synchronized_generator)
+
     def length_after(self, base: int) -> int:
         loader, dataset = self.loader, self.loader.dataset
         if loader.cursor is not None:
@@ -302,9 +285,6 @@ class _ShardSource(LoaderSource):
             return elements
         rounded = math.floor if loader.drop_last else math.ceil
         return int(rounded(elements / loader.batch_size))
-
-
-_END = object()
 
 
 def _covers_group(num_processes: int, topology: Topology | None) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias, get_args
 
@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from lightning_shard.comm.collectives import all_gather_objects, communication_device, is_distributed
-from lightning_shard.loaders.position import Position, ShardingInfo
+from lightning_shard.loaders.position import ShardingInfo
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.native_stream import NATIVE, NativeStreamShard
 
@@ -158,24 +158,25 @@ class StreamRun:
         restart: Callable[[], Iterator[Any]],
         rows: Callable[[Any], int],
         epoch: int,
-        progress: Position,
+        steps: int,
         move: Callable[[Any], Any] | None,
-    ) -> Iterator[Any]:
-        """This process's batches of one epoch (``restart``: a pass from its start), ending on every process
-        at the same step but under ``"own"``; counts ``progress``; ``move`` is applied before the next fetch."""
+    ) -> Generator[tuple[Any, bool], None, None]:
+        """This process's batches of one epoch (``restart``: a pass from its start) with whether each is known
+        to be the last, ending on every process at the same step but under ``"own"``; ``steps``: the steps
+        taken before this run of the epoch; ``move`` is applied before the next fetch."""
         share = _Share(first, restart, self._skip, self.ended_at[self.process_index])
         self._paddings.clear()
         same = self.stream_ends == SAME
         agreement = _Agreement(self.num_processes, self.process_index, not same) if self._agrees() else None
         counts = [0, 0]  # real and padding samples this process yielded in this run
-        start = progress.steps
+        step = steps
         current = share.fetch()
         if agreement is not None:
             agreement.start(share.exhausted, counts)
         while True:
             if agreement is not None:
                 # NOTE: the check of this batch started when it was fetched, one step ago.
-                if self._stops(agreement.settle(), progress.steps, current is _END):
+                if self._stops(agreement.settle(), step, current is _END):
                     break
                 if current is _END:
                     current = share.padding()
@@ -190,11 +191,11 @@ class StreamRun:
             following = share.fetch()
             if agreement is not None:
                 agreement.start(share.exhausted, counts)
-            progress.steps += 1
-            # NOTE: under "same" a stream that ended here ended on every process (else the next check raises).
-            progress.end = same and following is _END
+            step += 1
             try:
-                yield current
+                # NOTE: under "same" a stream that ended here ended on every process (else the next check
+                # raises); under the other policies the last batch is known only at the next check.
+                yield current, same and following is _END
             except GeneratorExit:
                 # NOTE: the loop left the epoch early (Lightning stops after `len` batches): settle the check
                 # every process started for the next batch, so no collective of ours is in flight when the
@@ -205,7 +206,7 @@ class StreamRun:
                 raise
             current = following
         if not same:
-            self._finish(agreement, share, current, counts, epoch, progress.steps - start, rows)
+            self._finish(agreement, share, current, counts, epoch, step - steps, rows)
 
     def _agrees(self) -> bool:
         """Whether every rank of the group iterates this stream (all of them, or a whole mesh's ranks)."""
