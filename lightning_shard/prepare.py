@@ -15,7 +15,7 @@ from lightning_shard.loaders.base import ResumableLoader
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
-from lightning_shard.loaders.streams import PAD, SHORTEST, StreamEnds
+from lightning_shard.loaders.streams import SAME, SHORTEST, StreamEnds, stream_ends_for
 from lightning_shard.loaders.user_class import carry_user_attributes, user_loader_class, with_user_class
 from lightning_shard.options import ShardOptions
 from lightning_shard.sampling.balance import BALANCED, EvenBatches
@@ -23,7 +23,7 @@ from lightning_shard.sampling.batch_shard import BatchSamplerShard
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.litdata_stream import is_litdata, split_litdata
 from lightning_shard.sampling.native_stream import (
-    STRIDE,
+    STRIDED_STREAM,
     IterableSharding,
     NativeStreamShard,
     choose_stream_sharding,
@@ -82,11 +82,11 @@ def prepare_with_options(
     *,
     device: torch.device | str | None = None,
     device_mesh: Any = None,
-    stream_ends: StreamEnds = SHORTEST,
+    uneven_streams: StreamEnds = SHORTEST,
 ) -> DataLoaderShard | DataLoaderDispatcher:
     """``prepare_data_loader`` for an already checked ``ShardOptions`` and topology.
 
-    ``stream_ends`` is what a stream does with ``even_batches=False``: ``"shortest"`` (every process
+    ``uneven_streams`` is what a stream does with ``even_batches=False``: ``"shortest"`` (every process
     stops when one stream ends, safe for a training loop) or ``"own"`` (each process reads its share to
     its end: predict, where no step is collective).
     """
@@ -103,8 +103,7 @@ def prepare_with_options(
         _check_dispatch_stream(dataloader.dataset, topology)
         return _build_dispatcher(dataloader, options, topology, device)
     if isinstance(dataloader.dataset, IterableDataset):
-        ends = PAD if options.even_batches else stream_ends
-        return _build_iterable_shard(dataloader, options, topology, device, ends)
+        return _build_iterable_shard(dataloader, options, topology, device, uneven_streams)
     return _build_map_shard(dataloader, options, topology, device)
 
 
@@ -280,15 +279,16 @@ def _usable_rng_types(options: ShardOptions, generator: torch.Generator | None) 
 
 
 def _build_iterable_shard(
-    dataloader: DataLoader, options: ShardOptions, topology: Topology, device: Any, stream_ends: StreamEnds
+    dataloader: DataLoader, options: ShardOptions, topology: Topology, device: Any, uneven: StreamEnds
 ) -> DataLoaderShard:
     """A loader over this process's part of a stream: its own share (native), or a stride of all of it."""
     sharding = choose_stream_sharding(
         dataloader.dataset, options.iterable_sharding, topology.num_processes, dataloader.num_workers
     )
     say_fallback(sharding, topology.num_processes, topology.process_index)
+    stream_ends = stream_ends_for(sharding.kind, bool(options.even_batches), uneven)
     batch_size = dataloader.batch_size or 1
-    if sharding.kind == STRIDE:
+    if sharding.kind == STRIDED_STREAM:
         dataset: IterableDataset = IterableDatasetShard(
             dataloader.dataset,
             batch_size=batch_size,
@@ -296,7 +296,7 @@ def _build_iterable_shard(
             num_processes=topology.num_processes,
             process_index=topology.process_index,
             split_batches=options.split_batches,
-            even_batches=topology.num_processes > 1 and stream_ends == PAD,
+            even_batches=topology.num_processes > 1 and stream_ends == SAME,
         )
         generator = getattr(dataloader.dataset, "generator", None)
         generator = generator if isinstance(generator, torch.Generator) else None

@@ -60,7 +60,7 @@ class ShardEpochCallback(Callback):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Rank 0 logs each stream's epoch: samples read per process, padded, left unseen."""
         for loader in flatten_loaders(trainer.train_dataloader):
-            report = getattr(getattr(loader, "stream", None), "report", None)
+            report = loader.stream.report if is_shard_loader(loader) and loader.stream is not None else None
             if report is not None and report.epoch == trainer.current_epoch:
                 self.stream_reports.append(report)
                 rank_zero_info(f"lightning_shard {report.summary()}")

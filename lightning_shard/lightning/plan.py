@@ -118,7 +118,7 @@ def plan_for(
         scheduler_scaling=scaling.describe() if step_schedulers else "",
         mode=state.mode,
         short_schedulers=tuple(short.describe() for short in short_schedulers or ()),
-        stream=describe_stream(loader),
+        stream=describe_stream(loader.dataset, loader.stream),
         scalable_shuffle=state.sampler == ScalableRandomSampler.__name__,
     )
 

@@ -250,7 +250,7 @@ class StrategySharding:
                 'with `even_batches="balanced"` (no repeated samples; the default for validation and test).'
             )
         sources = None if topology.rank_indices is None else topology.leaders
-        stream = getattr(loader, "stream", None)
+        stream = None if loader is None else loader.stream
         if stream is not None and stream.uneven:
             return gather_stream_for_metrics(data, self._stream_padding, sources)
         gathered = gather_in_process_order(data, sources)

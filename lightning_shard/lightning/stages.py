@@ -76,7 +76,7 @@ def _prepare_predict(
 ) -> DataLoader:
     if isinstance(dataloader.dataset, IterableDataset):
         # NOTE: no end agreement: each process predicts its whole part of the stream, once.
-        return prepare_with_options(dataloader, options, topology, device=device, stream_ends=OWN)
+        return prepare_with_options(dataloader, options, topology, device=device, uneven_streams=OWN)
     inner = unwrap_index_batch_sampler(dataloader.batch_sampler)
     if inner is None:
         return prepare_with_options(dataloader, options, topology, device=device)

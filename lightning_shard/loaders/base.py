@@ -16,6 +16,7 @@ from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.position import Position, ResumeHook, ShardingInfo
 from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.settings import loader_settings
+from lightning_shard.loaders.streams import StreamRun
 from lightning_shard.sampling.epochs import forward_epoch
 from lightning_shard.sampling.own_sampler import seeded_order
 
@@ -25,6 +26,8 @@ class ResumableLoader(DataLoader):
 
     resumption: Resumption
     """Set by the loader's ``__init__`` over the loader's ``IndexSource``."""
+    stream: StreamRun | None = None
+    """The end agreement of a loader over a stream (and each process's position in a native one)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Register a class that is also a ``StatefulDataLoader`` as the stateful variant of its first base.

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from lightning_shard.loaders.settings import STREAM_KINDS
 from lightning_shard.sampling.balance import EvenBatches, is_balanced
+from lightning_shard.sampling.native_stream import STREAM_KINDS
 
 Mode = Literal["shard", "dispatch"]
 """How a loader shards: each process loads its own batches, or process 0 loads and sends slices."""

@@ -18,13 +18,13 @@ import torch.distributed as dist
 
 from lightning_shard.comm.collectives import is_distributed, world_size
 from lightning_shard.loaders.position import Position, ResumeHook, ShardingInfo
-from lightning_shard.loaders.settings import STREAM_KINDS
 from lightning_shard.loaders.state import (
     LoaderState,
     check_resumable,
     decode_generator_state,
     encode_generator_state,
 )
+from lightning_shard.sampling.native_stream import STREAM_KINDS
 
 if TYPE_CHECKING:
     from lightning_shard.loaders.streams import StreamRun

@@ -7,7 +7,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from lightning_shard.sampling.native_stream import NATIVE, SELF, STRIDE
+from lightning_shard.sampling.native_stream import STRIDED_STREAM
 
 _REBUILT_BY_US = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
 
@@ -20,12 +20,6 @@ def loader_settings(dataloader: DataLoader) -> dict[str, Any]:
         for name, parameter in parameters.items()
         if name != "self" and name not in _REBUILT_BY_US and parameter.kind is parameter.POSITIONAL_OR_KEYWORD
     }
-
-
-STRIDED_STREAM = STRIDE
-NATIVE_STREAM_KINDS = (NATIVE, SELF)
-STREAM_KINDS = (STRIDED_STREAM, *NATIVE_STREAM_KINDS)
-"""The ``sampler`` kinds a stream's state records: strided, natively sharded, or split by the dataset."""
 
 
 def sampler_kind(sampler: Any, dataset: Any) -> str:

@@ -25,23 +25,12 @@ from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.main_draws import epoch_seed, fetch_seed, fetches_may_draw, isolated_fetches
 from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.resumable import Resumption
-from lightning_shard.loaders.settings import (
-    STRIDED_STREAM,
-    loader_settings,
-    sampler_kind,
-)
+from lightning_shard.loaders.settings import loader_settings, sampler_kind
 from lightning_shard.loaders.stream_replay import replayed_batches
-from lightning_shard.loaders.streams import (
-    PAD,
-    SAME,
-    SHORTEST,
-    StreamEnds,
-    StreamRun,
-    native_sharding,
-)
+from lightning_shard.loaders.streams import SHORTEST, StreamEnds, StreamRun, stream_ends_for, stream_sharding
 from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
-from lightning_shard.sampling.native_stream import NativeStreamShard
+from lightning_shard.sampling.native_stream import STRIDED_STREAM, NativeStreamShard
 from lightning_shard.sampling.samplers import SampleShard
 
 
@@ -65,8 +54,8 @@ class DataLoaderShard(ResumableLoader):
         topology: the data-parallel topology the shard was built for (``prepare_data_loader`` passes
             it); ``None``: the default process group is the data-parallel group.
         stream_ends: how the processes' streams end (``loaders/streams.py``; docs/DESIGN.md, "Streaming
-            data"): ``"pad"`` (a strided stream's is ``"same"``: all end together), ``"shortest"`` or
-            ``"own"``.
+            data"): ``"same"`` (a strided stream: all end together), ``"pad"`` (a share of its own),
+            ``"shortest"`` or ``"own"``; ``None``: ``"same"`` or ``"pad"`` by the stream's kind.
         **kwargs: any other ``DataLoader`` argument.
 
     Raises:
@@ -83,7 +72,7 @@ class DataLoaderShard(ResumableLoader):
         use_stateful_dataloader: bool = False,
         non_blocking: bool = False,
         *,
-        stream_ends: StreamEnds = PAD,
+        stream_ends: StreamEnds | None = None,
         topology: Topology | None = None,
         data_seed: int | None = None,
         **kwargs: Any,
@@ -179,7 +168,7 @@ class DataLoaderShard(ResumableLoader):
             non_blocking=self.non_blocking,
             topology=self.topology,
             data_seed=self.draw_seed,
-            stream_ends=self.stream.stream_ends if self.stream is not None else PAD,
+            stream_ends=self.stream.stream_ends if self.stream is not None else None,
             **kwargs,
         )
         carry_user_attributes(twin, self, getattr(self, "user_attributes", ()))
@@ -235,29 +224,16 @@ class _ShardSource(LoaderSource):
 
     def sharding(self) -> ShardingInfo:
         shard, loader = self._shard, self.loader
-        num_processes = getattr(shard, "num_processes", 1)
-        split = bool(getattr(shard, "split_batches", False))
-        if isinstance(shard, NativeStreamShard):
-            return native_sharding(shard, loader.stream, bool(loader.drop_last))
-        if isinstance(shard, IterableDatasetShard):
-            return ShardingInfo(
-                mode="shard",
-                num_processes=num_processes,
-                split_batches=split,
-                even_batches=loader.stream is None or not loader.stream.uneven,
-                drop_last=shard.drop_last,
-                batch_size=shard.batch_size,
-                dataset_length=_length(shard.dataset),
-                sampler=STRIDED_STREAM,
-            )
+        if loader.stream is not None:
+            return stream_sharding(shard, loader.stream, bool(loader.drop_last))
         return ShardingInfo(
             mode="shard",
-            num_processes=num_processes,
-            split_batches=split,
+            num_processes=getattr(shard, "num_processes", 1),
+            split_batches=bool(getattr(shard, "split_batches", False)),
             even_batches=getattr(shard, "even_batches", True),
             drop_last=bool(getattr(shard, "drop_last", False)),
             batch_size=getattr(shard, "batch_size", None),
-            dataset_length=_length(loader.dataset),
+            dataset_length=len(loader.dataset) if isinstance(loader.dataset, Sized) else None,
             sampler=sampler_kind(self.sampler(), loader.dataset),
         )
 
@@ -296,15 +272,17 @@ def _covers_group(num_processes: int, topology: Topology | None) -> bool:
     return topology.covers_world()
 
 
-def _stream_run(dataset: Any, stream_ends: StreamEnds, topology: Topology | None) -> StreamRun | None:
-    """The ``StreamRun`` of a native share or a strided stream; ``None`` for map-style data."""
+def _stream_run(dataset: Any, stream_ends: StreamEnds | None, topology: Topology | None) -> StreamRun | None:
+    """The ``StreamRun`` of a native share or a strided stream; ``None`` for map-style data.
+
+    ``stream_ends`` is the policy ``prepare_data_loader`` decided (``stream_ends_for``); ``None`` (a loader
+    built directly) takes the stream's kind's policy with ``even_batches=True``.
+    """
     native = isinstance(dataset, NativeStreamShard)
     if not (native or isinstance(dataset, IterableDatasetShard)):
         return None
-    if not native and stream_ends == PAD:
-        stream_ends = (
-            SAME  # NOTE: `IterableDatasetShard` pads the last global batch: every process ends there.
-        )
+    if stream_ends is None:
+        stream_ends = stream_ends_for(dataset.kind if native else STRIDED_STREAM, even_batches=True)
     covers = _covers_group(dataset.num_processes, topology)
     return StreamRun(
         stream_ends, dataset.num_processes, dataset.process_index, resumable=native, spans_group=covers
@@ -317,12 +295,6 @@ def _one(batch: Any) -> int:
 
 def _user_dataset(dataset: Any) -> Any:
     return dataset.dataset if isinstance(dataset, (IterableDatasetShard, NativeStreamShard)) else dataset
-
-
-def _length(dataset: Any) -> int | None:
-    if isinstance(dataset, (IterableDatasetShard, NativeStreamShard)):
-        return _length(dataset.dataset)
-    return len(dataset) if isinstance(dataset, Sized) else None
 
 
 def _index_source_with_cursor(dataset: Any, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from typing import Any, get_args
 import torch
 
 from lightning_shard.loaders.position import Mode, Position, ShardingInfo
-from lightning_shard.loaders.settings import NATIVE_STREAM_KINDS, STRIDED_STREAM
 from lightning_shard.sampling.litdata_stream import LITDATA_REASON, is_litdata
+from lightning_shard.sampling.native_stream import NATIVE_STREAM_KINDS, STRIDED_STREAM
 
 STATE_FORMAT = "lightning_shard.loader"
 STATE_VERSION = 2

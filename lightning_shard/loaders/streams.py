@@ -32,7 +32,12 @@ import torch.distributed as dist
 from lightning_shard.comm.collectives import all_gather_objects, communication_device, is_distributed
 from lightning_shard.loaders.position import ShardingInfo
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
-from lightning_shard.sampling.native_stream import NATIVE, NativeStreamShard
+from lightning_shard.sampling.native_stream import (
+    NATIVE_STREAM,
+    STRIDED_STREAM,
+    NativeStreamShard,
+    StreamKind,
+)
 
 StreamEnds: TypeAlias = Literal["pad", "shortest", "own", "same"]
 """What a loader over a stream does when its processes' streams may end at different steps (see above)."""
@@ -41,6 +46,20 @@ SHORTEST: Final = "shortest"
 OWN: Final = "own"
 SAME: Final = "same"
 STREAM_ENDS: tuple[StreamEnds, ...] = get_args(StreamEnds)
+
+
+def stream_ends_for(kind: StreamKind, even_batches: bool, uneven: StreamEnds = SHORTEST) -> StreamEnds:
+    """The ``stream_ends`` policy of a stream of ``kind``, decided here only (``prepare.py`` asks once; a
+    ``DataLoaderShard`` built directly asks with ``even_batches=True``).
+
+    With ``even_batches``: a strided stream ends at the same step on every process (``"same"``:
+    ``IterableDatasetShard`` pads the last global batch) and a share of its own is padded (``"pad"``).
+    Without: ``uneven``, ``"shortest"`` for a training loop or ``"own"`` where no step is collective (predict).
+    """
+    if not even_batches:
+        return uneven
+    return SAME if kind == STRIDED_STREAM else PAD
+
 
 _END = object()
 _QUEUED = 16
@@ -101,9 +120,13 @@ class StreamRun:
         resumable: bool,
         spans_group: bool = True,
     ) -> None:
-        allowed = [ends for ends in STREAM_ENDS if not (resumable and ends == SAME)]
+        # NOTE: a share of its own (resumable) is padded, a strided stream ends together ("same").
+        allowed = [ends for ends in STREAM_ENDS if ends != (SAME if resumable else PAD)]
         if stream_ends not in allowed:
-            raise ValueError(f"`stream_ends` must be one of {allowed}, got {stream_ends!r}.")
+            raise ValueError(
+                f"`stream_ends` must be one of {allowed} for this stream, got {stream_ends!r}. Leave it `None`: "
+                "the stream's kind then decides (`stream_ends_for`)."
+            )
         self.stream_ends = stream_ends
         self.num_processes = num_processes
         self.process_index = process_index
@@ -121,6 +144,11 @@ class StreamRun:
     def uneven(self) -> bool:
         """Whether the processes may take different numbers of real batches (all policies but ``"same"``)."""
         return self.stream_ends != SAME
+
+    @property
+    def even_batches(self) -> bool:
+        """Whether every process takes as many steps with real or padded batches (the state's ``even_batches``)."""
+        return self.stream_ends in (SAME, PAD)
 
     def take_padding(self) -> int:
         """Padding samples in the oldest batch yielded and not yet taken: call it once per consumed batch.
@@ -399,13 +427,13 @@ _ENDS_TEXT = {
 }
 
 
-def describe_stream(loader: Any) -> str | None:
-    """How ``loader``'s stream is split and its uneven ends handled, for the plan line (``None``: no stream)."""
-    dataset, stream = getattr(loader, "dataset", None), getattr(loader, "stream", None)
+def describe_stream(dataset: Any, stream: StreamRun | None) -> str | None:
+    """How a loader's stream (its ``dataset`` and ``stream``) is split and its uneven ends handled, for the
+    plan line (``None``: no stream)."""
     if isinstance(dataset, NativeStreamShard):
         how = (
             f"native, each process reads only its share of {dataset.dataset.n_shards} shards"
-            if dataset.kind == NATIVE
+            if dataset.kind == NATIVE_STREAM
             else "split by rank by the dataset itself (passed through)"
         )
     elif isinstance(dataset, IterableDatasetShard):
@@ -416,18 +444,26 @@ def describe_stream(loader: Any) -> str | None:
     return f"{how}; {ends}" if ends else how
 
 
-def native_sharding(shard: NativeStreamShard, stream: StreamRun | None, drop_last: bool) -> ShardingInfo:
-    """The ``ShardingInfo`` of a loader over a native (or self-split) share."""
-    # NOTE: a dataset that splits itself reports its own share's length (LitData), which differs by rank,
-    # and the state must be the same on every process.
-    length = getattr(shard.dataset, "__len__", None) if shard.kind == NATIVE else None
+def stream_sharding(
+    shard: IterableDatasetShard | NativeStreamShard, stream: StreamRun, drop_last: bool
+) -> ShardingInfo:
+    """The ``ShardingInfo`` of a loader over a stream: a strided one, or a native (or self-split) share."""
+    if isinstance(shard, IterableDatasetShard):
+        kind, drop_last, length = STRIDED_STREAM, shard.drop_last, getattr(shard.dataset, "__len__", None)
+    else:
+        # NOTE: a dataset that splits itself reports its own share's length (LitData), which differs by rank,
+        # and the state must be the same on every process.
+        kind, length = (
+            shard.kind,
+            getattr(shard.dataset, "__len__", None) if shard.kind == NATIVE_STREAM else None,
+        )
     return ShardingInfo(
         mode="shard",
         num_processes=shard.num_processes,
         split_batches=shard.split_batches,
-        even_batches=stream is None or stream.stream_ends == PAD,
+        even_batches=stream.even_batches,
         drop_last=drop_last,
         batch_size=shard.batch_size,
         dataset_length=int(length()) if callable(length) else None,
-        sampler=shard.kind,
+        sampler=kind,
     )

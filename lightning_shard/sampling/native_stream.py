@@ -25,10 +25,15 @@ ITERABLE_SHARDING: tuple[IterableSharding, ...] = get_args(IterableSharding)
 
 StreamKind: TypeAlias = Literal["iterable", "native-stream", "self-split-stream"]
 """How a process gets its part of a stream, as a loader's state records it (its ``sampler``): strided
-(every process reads the whole stream), its own share, or the dataset's own split by rank."""
-STRIDE: Final = "iterable"
-NATIVE: Final = "native-stream"
-SELF: Final = "self-split-stream"
+(every process reads the whole stream; ``iterable_sharding="stride"`` asks for it), its own share
+(``"native"``), or the dataset's own split by rank. NOTE: the values are what saved states hold (0.1
+recorded a strided stream as ``"iterable"``), so they stay; the names below are the ones the code uses."""
+STRIDED_STREAM: Final = "iterable"
+NATIVE_STREAM: Final = "native-stream"
+SELF_SPLIT_STREAM: Final = "self-split-stream"
+STREAM_KINDS: tuple[StreamKind, ...] = (STRIDED_STREAM, NATIVE_STREAM, SELF_SPLIT_STREAM)
+NATIVE_STREAM_KINDS: tuple[StreamKind, ...] = (NATIVE_STREAM, SELF_SPLIT_STREAM)
+"""The kinds a ``NativeStreamShard`` reads: a share of its own, which the loader itself resumes."""
 
 
 @runtime_checkable
@@ -85,13 +90,15 @@ def choose_stream_sharding(
                 f"of its own 1/{num_processes}. Use `iterable_sharding='auto'` (it is passed through), or give "
                 "the dataset unsplit."
             )
-        return StreamSharding(SELF, splits)
+        return StreamSharding(SELF_SPLIT_STREAM, splits)
     if num_processes == 1 or mode == "stride":
-        return StreamSharding(STRIDE, "one process" if num_processes == 1 else "`iterable_sharding='stride'`")
+        return StreamSharding(
+            STRIDED_STREAM, "one process" if num_processes == 1 else "`iterable_sharding='stride'`"
+        )
     missing = _cannot_shard(dataset, num_processes)
     if missing is None:
         _check_workers_can_split(dataset, num_processes, num_workers)
-        return StreamSharding(NATIVE, f"{dataset.n_shards} shards over {num_processes} processes")
+        return StreamSharding(NATIVE_STREAM, f"{dataset.n_shards} shards over {num_processes} processes")
     if mode == "native":
         error = TypeError if "does not implement" in missing else ValueError
         raise error(
@@ -100,12 +107,12 @@ def choose_stream_sharding(
             "`n_shards` and `shard(num_shards, index)` with at least one shard per process (see the README, "
             "\"Streaming data\"), or use `iterable_sharding='auto'` to fall back to striding."
         )
-    return StreamSharding(STRIDE, missing)
+    return StreamSharding(STRIDED_STREAM, missing)
 
 
 def say_fallback(sharding: StreamSharding, num_processes: int, process_index: int) -> None:
     """Tell the user once, on rank 0, why ``"auto"`` strides the stream (every process reads all of it)."""
-    if process_index != 0 or num_processes == 1 or sharding.kind != STRIDE:
+    if process_index != 0 or num_processes == 1 or sharding.kind != STRIDED_STREAM:
         return
     if sharding.reason.startswith("`iterable_sharding"):
         return
@@ -210,9 +217,9 @@ class NativeStreamShard(IterableDataset):
         batch_size: int | None = None,
         split_batches: bool = False,
     ) -> None:
-        if kind not in (NATIVE, SELF):
+        if kind not in NATIVE_STREAM_KINDS:
             raise ValueError(
-                f"`kind` must be {NATIVE!r} or {SELF!r}, got {kind!r}. Let `prepare_data_loader` build the share "
+                f"`kind` must be {NATIVE_STREAM!r} or {SELF_SPLIT_STREAM!r}, got {kind!r}. Let `prepare_data_loader` build the share "
                 "(its `iterable_sharding` option chooses)."
             )
         self.dataset = dataset
@@ -221,7 +228,7 @@ class NativeStreamShard(IterableDataset):
         self.process_index = process_index
         self.batch_size = batch_size
         self.split_batches = split_batches
-        self.share = dataset.shard(num_processes, process_index) if kind == NATIVE else dataset
+        self.share = dataset.shard(num_processes, process_index) if kind == NATIVE_STREAM else dataset
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -242,7 +249,7 @@ class NativeStreamShard(IterableDataset):
 def worker_part(share: Any, kind: StreamKind) -> Any:
     """What this ``DataLoader`` worker reads of ``share``: all of it outside workers, else its group."""
     info = get_worker_info()
-    if info is None or info.num_workers == 1 or kind == SELF or is_hugging_face(share):
+    if info is None or info.num_workers == 1 or kind == SELF_SPLIT_STREAM or is_hugging_face(share):
         # NOTE: a Hugging Face dataset (and a self-splitting one) splits itself among the workers.
         return share
     groups = min(info.num_workers, share.n_shards)
@@ -262,7 +269,7 @@ class WorkerSplitStream(IterableDataset):
             self.dataset.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(worker_part(self.dataset, NATIVE))
+        return iter(worker_part(self.dataset, NATIVE_STREAM))
 
 
 class SizedWorkerSplitStream(WorkerSplitStream):

@@ -74,7 +74,9 @@ def test_no_import_circles() -> None:
     def visit(name: str) -> None:
         if name in done:
             return
-        assert name not in visiting, f"an import circle: {' -> '.join([*visiting[visiting.index(name) :], name])}"
+        assert name not in visiting, (
+            f"an import circle: {' -> '.join([*visiting[visiting.index(name) :], name])}"
+        )
         visiting.append(name)
         for target in sorted(graph[name]):
             visit(target)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from torch.utils.data import DataLoader
 
-from lightning_shard import prepare_data_loader
+from lightning_shard import IterableDatasetShard, prepare_data_loader
 from lightning_shard.loaders.shard import DataLoaderShard
 from lightning_shard.loaders.state import LoaderState
 from lightning_shard.sampling.native_stream import (
@@ -71,12 +71,38 @@ def test_stream_kinds_and_ends_are_checked() -> None:
     ):
         NativeStreamShard(shardable, "native", 2, 0)
     with pytest.raises(
-        ValueError, match=r"`stream_ends` must be one of \['pad', 'shortest', 'own'\], got 'same'"
+        ValueError,
+        match=r"`stream_ends` must be one of \['pad', 'shortest', 'own'\] for this stream, got 'same'",
     ):
         DataLoaderShard(NativeStreamShard(shardable, "native-stream", 2, 0), stream_ends="same")
+    with pytest.raises(
+        ValueError,
+        match=r"`stream_ends` must be one of \['shortest', 'own', 'same'\] for this stream, got 'pad'",
+    ):
+        DataLoaderShard(IterableDatasetShard(IdStream(8), batch_size=2), stream_ends="pad")
     strided = prepare_data_loader(DataLoader(IdStream(8), batch_size=2), num_processes=2, process_index=0)
     stream = strided.stream
     assert stream is not None and (stream.stream_ends, stream.uneven) == ("same", False)
+    # NOTE: built directly, a loader takes its stream's kind's policy (`stream_ends_for`), as `prepare` does.
+    for dataset, ends in (
+        (IterableDatasetShard(IdStream(8), batch_size=2), "same"),
+        (NativeStreamShard(shardable, "native-stream", 2, 0), "pad"),
+    ):
+        stream = DataLoaderShard(
+            dataset, batch_size=2 if isinstance(dataset, NativeStreamShard) else None
+        ).stream
+        assert stream is not None and stream.stream_ends == ends and stream.even_batches
+    uneven = prepare_data_loader(
+        DataLoader(IdShardsStream(id_shards(LENGTHS)), batch_size=2),
+        num_processes=2,
+        process_index=0,
+        even_batches=False,
+    )
+    assert (
+        uneven.stream is not None
+        and uneven.stream.stream_ends == "shortest"
+        and not uneven.sharding.even_batches
+    )
 
 
 class _ListShards(IdShardsStream):
