@@ -67,7 +67,7 @@ from lightning_shard import BatchSamplerShard, ShardAudit, prepare_data_loader  
 from lightning_shard.comm.collectives import all_true  # noqa: E402
 from lightning_shard.comm.gather import gather_in_process_order, merge_parts  # noqa: E402
 from lightning_shard.comm.tree import Node, flatten, is_tensor_tree, map_leaves  # noqa: E402
-from lightning_shard.loaders.streams import _Agreement  # noqa: E402
+from lightning_shard.loaders.stream_agreement import Agreement  # noqa: E402
 from lightning_shard.sampling.samplers import ScalableRandomSampler  # noqa: E402
 
 BATCH = 32
@@ -79,6 +79,7 @@ _PATCHED = (
     "lightning_shard.loaders.resumable",
     "lightning_shard.loaders.shard",
     "lightning_shard.loaders.streams",
+    "lightning_shard.loaders.stream_agreement",
 )
 
 
@@ -438,7 +439,7 @@ def stream_rows(worlds: list[int], repeats: int) -> list[str]:
 
 def _fetch(world: int, ended: bool) -> list[int] | None:
     """One fetch's check; ``ended``: this fetch is the one at which the shares end (a fresh agreement)."""
-    agreement = _Agreement(world, world - 1, counted=True)
+    agreement = Agreement(world, world - 1, counted=True)
     agreement.start(ended, [BATCH, 0])
     return agreement.settle()
 

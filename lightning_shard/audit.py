@@ -12,24 +12,31 @@ Padding (``even_batches``) and the samples ``drop_last`` drops are allowed, in t
 
 from __future__ import annotations
 
-import base64
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from lightning_shard.comm.bitmaps import (
+    EXAMPLES,
+    count_dtype,
+    decode,
+    encode,
+    first,
+    pack,
+    popcount,
+    set_bits,
+    states,
+    test_bits,
+)
 from lightning_shard.comm.collectives import communication_device, is_distributed
 from lightning_shard.loaders.position import ShardingInfo
 from lightning_shard.sampling.balance import EvenBatches, is_balanced
 
-_CHUNK_BYTES = 1 << 20
 _COUNT_CHUNK = 1 << 22
 """Samples per all-reduce of ``gather``: at most 16 MB of counts in flight, whatever the dataset."""
-_POPCOUNT = torch.tensor([bin(byte).count("1") for byte in range(256)], dtype=torch.int64)
-_BITS = torch.arange(8, dtype=torch.uint8)
-_EXAMPLES = 5
 
 
 @dataclass(frozen=True)
@@ -153,7 +160,7 @@ class ShardAudit:
     @property
     def covered(self) -> int:
         """Distinct samples recorded."""
-        return _popcount(self.seen)
+        return popcount(self.seen)
 
     def record_indices(self, indices: Sequence[int] | torch.Tensor) -> None:
         """Record that this process consumed the samples ``indices`` (repeats count).
@@ -167,15 +174,15 @@ class ShardAudit:
         bad = flat[(flat < 0) | (flat >= self.dataset_length)]
         if bad.numel():
             raise ValueError(
-                f"`indices` contains {bad[:_EXAMPLES].tolist()}, outside [0, {self.dataset_length}) for "
+                f"`indices` contains {bad[:EXAMPLES].tolist()}, outside [0, {self.dataset_length}) for "
                 f"`dataset_length={self.dataset_length}`. Record dataset indices, and build the audit with "
                 "the length of the dataset the loader reads."
             )
         unique, counts = torch.unique(flat, return_counts=True)
-        already = _test(self.seen, unique)
+        already = test_bits(self.seen, unique)
         twice = unique[already | (counts > 1)]
-        _set(self.seen, unique[~already])
-        _set(self.repeated, twice[~_test(self.repeated, twice)])
+        set_bits(self.seen, unique[~already])
+        set_bits(self.repeated, twice[~test_bits(self.repeated, twice)])
         self.records += flat.numel()
 
     def merge(self, other: ShardAudit) -> ShardAudit:
@@ -217,10 +224,10 @@ class ShardAudit:
         dtype = count_dtype(dist.get_world_size(group))
         for start in range(0, self.seen.numel(), _COUNT_CHUNK // 8):
             part = slice(start, start + _COUNT_CHUNK // 8)
-            counts = _states(self.seen[part], self.repeated[part]).to(device=device, dtype=dtype)
+            counts = states(self.seen[part], self.repeated[part]).to(device=device, dtype=dtype)
             dist.all_reduce(counts, group=group)
             counts = counts.cpu()
-            merged.seen[part], merged.repeated[part] = _pack(counts >= 1), _pack(counts >= 2)
+            merged.seen[part], merged.repeated[part] = pack(counts >= 1), pack(counts >= 2)
         records = torch.tensor([self.records], dtype=torch.int64, device=device)
         dist.all_reduce(records, group=group)
         merged.records = int(records.item())
@@ -242,8 +249,8 @@ class ShardAudit:
         return {
             "dataset_length": self.dataset_length,
             "records": self.records,
-            "seen": _encode(self.seen),
-            "repeated": _encode(self.repeated),
+            "seen": encode(self.seen),
+            "repeated": encode(self.repeated),
         }
 
     @classmethod
@@ -255,7 +262,7 @@ class ShardAudit:
         """
         try:
             audit = cls(state["dataset_length"])
-            seen, repeated = _decode(state["seen"]), _decode(state["repeated"])
+            seen, repeated = decode(state["seen"]), decode(state["repeated"])
             records = state["records"]
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(
@@ -279,12 +286,12 @@ class ShardAudit:
             records=self.records,
             covered=covered,
             duplicates=self.records - covered,
-            repeated=_popcount(self.repeated),
+            repeated=popcount(self.repeated),
             missing=self.dataset_length - covered,
             allowed_padding=self.allowed_padding,
             allowed_missing=self.allowed_missing,
-            duplicate_examples=tuple(_first(self.repeated, True, self.dataset_length)),
-            missing_examples=tuple(_first(self.seen, False, self.dataset_length)),
+            duplicate_examples=tuple(first(self.repeated, True, self.dataset_length)),
+            missing_examples=tuple(first(self.seen, False, self.dataset_length)),
         )
 
 
@@ -339,69 +346,5 @@ def _check_count(name: str, value: Any, fix: str) -> int:
     return value
 
 
-def _encode(bitmap: torch.Tensor) -> str:
-    return base64.b64encode(bitmap.numpy().tobytes()).decode("ascii")
-
-
-def _decode(encoded: str) -> torch.Tensor:
-    return torch.frombuffer(bytearray(base64.b64decode(encoded)), dtype=torch.uint8).clone()
-
-
 def _listed(indices: tuple[int, ...]) -> str:
     return ", ".join(map(str, indices)) or "-"
-
-
-def _popcount(bitmap: torch.Tensor) -> int:
-    total = 0
-    for start in range(0, bitmap.numel(), _CHUNK_BYTES):
-        total += int(_POPCOUNT[bitmap[start : start + _CHUNK_BYTES].long()].sum())
-    return total
-
-
-def count_dtype(num_processes: int) -> torch.dtype:
-    """The narrowest type that sums ``num_processes`` sample states of at most 2 (NCCL has no int16)."""
-    fits = [dtype for dtype in (torch.uint8, torch.int32) if 2 * num_processes <= torch.iinfo(dtype).max]
-    return fits[0] if fits else torch.int64
-
-
-def _states(seen: torch.Tensor, repeated: torch.Tensor) -> torch.Tensor:
-    """Each sample's state, 0 (unseen), 1 (seen once) or 2 (repeated), from the bitmaps' bytes."""
-    return _unpack(seen) + _unpack(repeated)
-
-
-def _unpack(bitmap: torch.Tensor) -> torch.Tensor:
-    """One ``uint8`` 0 or 1 per bit, sample ``8 * byte + bit`` at that position."""
-    return ((bitmap.unsqueeze(1) >> _BITS) & 1).reshape(-1)
-
-
-def _pack(bits: torch.Tensor) -> torch.Tensor:
-    """The bitmap of a boolean per sample (its length a multiple of 8), ``_unpack``'s inverse."""
-    return (bits.reshape(-1, 8).to(torch.uint8) << _BITS).sum(dim=1, dtype=torch.uint8)
-
-
-def _masks(indices: torch.Tensor) -> torch.Tensor:
-    return torch.bitwise_left_shift(torch.ones_like(indices), indices & 7).to(torch.uint8)
-
-
-def _test(bitmap: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-    """Whether each index's bit is set."""
-    return (bitmap[indices >> 3] & _masks(indices)) != 0
-
-
-def _set(bitmap: torch.Tensor, indices: torch.Tensor) -> None:
-    """Set the bits of ``indices``, which must be distinct and not set yet (adding is then or-ing)."""
-    bitmap.index_put_((indices >> 3,), _masks(indices), accumulate=True)
-
-
-def _first(bitmap: torch.Tensor, value: bool, length: int) -> Iterator[int]:
-    """The first few indices below ``length`` whose bit is ``value``."""
-    found = 0
-    for start in range(0, bitmap.numel(), _CHUNK_BYTES):
-        hits = (
-            torch.nonzero(_unpack(bitmap[start : start + _CHUNK_BYTES]) == int(value)).reshape(-1) + start * 8
-        )
-        for index in hits[hits < length][: _EXAMPLES - found].tolist():
-            yield index
-            found += 1
-        if found == _EXAMPLES:
-            return

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset, RandomSampler
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
 
 from lightning_shard._checks import check_non_negative, check_split_batch_size
 from lightning_shard.comm.collectives import broadcast_object, is_distributed, world_size
@@ -31,14 +31,8 @@ from lightning_shard.sampling.native_stream import (
     split_among_workers,
     splits_by_rank,
 )
-from lightning_shard.sampling.own_sampler import (
-    OwnDraws,
-    copy_with_generator,
-    generator_of,
-    may_draw_globally,
-    with_sampler,
-)
-from lightning_shard.sampling.samplers import SampleShard, SeedableRandomSampler, scalable_batch_sampler
+from lightning_shard.sampling.own_sampler import generator_of, recorded_batch_sampler
+from lightning_shard.sampling.samplers import SampleShard
 
 
 def prepare_data_loader(
@@ -173,56 +167,13 @@ def _batch_sampler(dataloader: DataLoader) -> Any:
     return dataloader.batch_sampler
 
 
-def _own_generator() -> torch.Generator:
-    """A generator seeded with a draw from the global RNG, as the reference seeds a ``RandomSampler``'s."""
-    return torch.Generator().manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
-
-
-def _with_own_generator(sampler: RandomSampler, options: ShardOptions) -> RandomSampler:
-    """A plain ``RandomSampler`` whose order is recorded (a generator) and, if asked, seedable."""
-    # NOTE: `_num_samples` is the constructor argument, None meaning len(data).
-    same: dict[str, Any] = {"replacement": sampler.replacement, "num_samples": sampler._num_samples}
-    if options.use_seedable_sampler:
-        return SeedableRandomSampler(
-            sampler.data_source, **same, generator=sampler.generator, data_seed=options.data_seed
-        )
-    if sampler.generator is not None:
-        return sampler
-    # NOTE: drawn from the global RNG exactly as the reference does, so seeded runs agree with it.
-    return RandomSampler(sampler.data_source, **same, generator=_own_generator())
-
-
-def _rebuilt_batch_sampler(batch_sampler: Any, options: ShardOptions) -> Any:
-    """The user's batch sampler, with a recorded random order; the user's objects are not mutated."""
-    if options.scalable_shuffle:
-        return scalable_batch_sampler(batch_sampler, options.data_seed)
-    sampler = getattr(batch_sampler, "sampler", None)
-    if type(batch_sampler) is BatchSampler and type(sampler) is RandomSampler:
-        return BatchSampler(
-            _with_own_generator(sampler, options), batch_sampler.batch_size, batch_sampler.drop_last
-        )
-    if type(batch_sampler) is BatchSampler and isinstance(sampler, SeedableRandomSampler):
-        return batch_sampler
-    return _kept_with_own_randomness(batch_sampler, sampler, options)
-
-
-def _kept_with_own_randomness(batch_sampler: Any, sampler: Any, options: ShardOptions) -> Any:
-    """The user's (batch) sampler, its class kept, its draws recorded (``sampling/own_sampler.py``).
-
-    NOTE: a sampler with a ``generator`` attribute left ``None`` draws from the global RNG, which a resumed
-    run cannot replay: a copy gets a generator of its own. Draws from the global generators themselves
-    (a user's class) are isolated by ``OwnDraws``, which also re-seeds each epoch with ``data_seed``.
-    """
-    drawing = sampler is not None and hasattr(sampler, "generator")
-    if drawing and sampler.generator is None:
-        batch_sampler = with_sampler(batch_sampler, copy_with_generator(sampler, _own_generator()))
-    global_draws = may_draw_globally(batch_sampler)
-    seeded = options.use_seedable_sampler and (drawing or global_draws)
-    if not (global_draws or seeded):
-        return batch_sampler
-    generator = generator_of(batch_sampler) or _own_generator()
-    seed = (options.data_seed if options.data_seed is not None else torch.initial_seed()) if seeded else None
-    return OwnDraws(batch_sampler, generator, seed, global_draws)
+def _recorded(batch_sampler: Any, options: ShardOptions) -> Any:
+    return recorded_batch_sampler(
+        batch_sampler,
+        seedable=options.use_seedable_sampler,
+        scalable=options.scalable_shuffle,
+        data_seed=options.data_seed,
+    )
 
 
 def _build_map_shard(
@@ -233,7 +184,7 @@ def _build_map_shard(
     per_sample = user_batch_sampler is None
     if per_sample:
         user_batch_sampler = BatchSampler(dataloader.sampler, 1, drop_last=False)
-    batch_sampler = _rebuilt_batch_sampler(user_batch_sampler, options)
+    batch_sampler = _recorded(user_batch_sampler, options)
     generator = generator_of(batch_sampler)
     shard = BatchSamplerShard(
         batch_sampler,
@@ -350,7 +301,7 @@ def _build_dispatcher(
                 "process then gets its slice of every batch), or use `dispatch_batches=False` (each process loads "
                 "its own samples)."
             )
-        batch_sampler = _rebuilt_batch_sampler(user_batch_sampler, options)
+        batch_sampler = _recorded(user_batch_sampler, options)
         # NOTE: a one-process shard is the batch sampler itself, plus arithmetic skipping on resume.
         kwargs["batch_sampler"] = BatchSamplerShard(batch_sampler, even_batches=False)
     return _construct(

@@ -19,7 +19,6 @@ the ``stream_ends`` policy:
 
 from __future__ import annotations
 
-import itertools
 import warnings
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
@@ -29,8 +28,9 @@ from typing import Any, Final, Literal, TypeAlias, get_args
 import torch
 import torch.distributed as dist
 
-from lightning_shard.comm.collectives import all_gather_objects, communication_device, is_distributed
+from lightning_shard.comm.collectives import communication_device, is_distributed
 from lightning_shard.loaders.position import ShardingInfo
+from lightning_shard.loaders.stream_agreement import END, Agreement, Share, all_ended
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.native_stream import (
     NATIVE_STREAM,
@@ -45,7 +45,7 @@ PAD: Final = "pad"
 SHORTEST: Final = "shortest"
 OWN: Final = "own"
 SAME: Final = "same"
-STREAM_ENDS: tuple[StreamEnds, ...] = get_args(StreamEnds)
+STREAMENDS: tuple[StreamEnds, ...] = get_args(StreamEnds)
 
 
 def stream_ends_for(kind: StreamKind, even_batches: bool, uneven: StreamEnds = SHORTEST) -> StreamEnds:
@@ -61,7 +61,6 @@ def stream_ends_for(kind: StreamKind, even_batches: bool, uneven: StreamEnds = S
     return SAME if kind == STRIDED_STREAM else PAD
 
 
-_END = object()
 _QUEUED = 16
 """Paddings kept for batches yielded but not yet consumed (Lightning reads one batch ahead)."""
 
@@ -121,7 +120,7 @@ class StreamRun:
         spans_group: bool = True,
     ) -> None:
         # NOTE: a share of its own (resumable) is padded, a strided stream ends together ("same").
-        allowed = [ends for ends in STREAM_ENDS if ends != (SAME if resumable else PAD)]
+        allowed = [ends for ends in STREAMENDS if ends != (SAME if resumable else PAD)]
         if stream_ends not in allowed:
             raise ValueError(
                 f"`stream_ends` must be one of {allowed} for this stream, got {stream_ends!r}. Leave it `None`: "
@@ -192,10 +191,10 @@ class StreamRun:
         """This process's batches of one epoch (``restart``: a pass from its start) with whether each is known
         to be the last, ending on every process at the same step but under ``"own"``; ``steps``: the steps
         taken before this run of the epoch; ``move`` is applied before the next fetch."""
-        share = _Share(first, restart, self._skip, self.ended_at[self.process_index])
+        share = Share(first, restart, self._skip, self.ended_at[self.process_index])
         self._paddings.clear()
         same = self.stream_ends == SAME
-        agreement = _Agreement(self.num_processes, self.process_index, not same) if self._agrees() else None
+        agreement = Agreement(self.num_processes, self.process_index, not same) if self._agrees() else None
         counts = [0, 0]  # real and padding samples this process yielded in this run
         step = steps
         current = share.fetch()
@@ -204,11 +203,11 @@ class StreamRun:
         while True:
             if agreement is not None:
                 # NOTE: the check of this batch started when it was fetched, one step ago.
-                if self._stops(agreement.settle(), step, current is _END):
+                if self._stops(agreement.settle(), step, current is END):
                     break
-                if current is _END:
+                if current is END:
                     current = share.padding()
-            elif current is _END:
+            elif current is END:
                 break
             if not same:
                 samples = rows(current)
@@ -223,7 +222,7 @@ class StreamRun:
             try:
                 # NOTE: under "same" a stream that ended here ended on every process (else the next check
                 # raises); under the other policies the last batch is known only at the next check.
-                yield current, same and following is _END
+                yield current, same and following is END
             except GeneratorExit:
                 # NOTE: the loop left the epoch early (Lightning stops after `len` batches): settle the check
                 # every process started for the next batch, so no collective of ours is in flight when the
@@ -248,7 +247,7 @@ class StreamRun:
         if vector is None:
             return False
         if self.stream_ends == SAME:
-            return _all_ended(vector[0], ended_here, step)
+            return all_ended(vector[0], ended_here, step)
         size = self.num_processes
         ended = vector[:size]
         for rank, flag in enumerate(ended):
@@ -270,8 +269,8 @@ class StreamRun:
 
     def _finish(
         self,
-        agreement: _Agreement | None,
-        share: _Share,
+        agreement: Agreement | None,
+        share: Share,
         current: Any,
         counts: list[int],
         epoch: int,
@@ -289,9 +288,9 @@ class StreamRun:
         self.report = StreamReport(epoch, steps, read, padded, tuple(self.ended_at), unseen)
         self._last_vector = None
 
-    def _unseen(self, share: _Share, current: Any, rows: Callable[[Any], int]) -> int:
+    def _unseen(self, share: Share, current: Any, rows: Callable[[Any], int]) -> int:
         """Samples every process left behind by stopping at the shortest stream (read to be counted)."""
-        left = 0 if current is _END or share.exhausted else rows(current)
+        left = 0 if current is END or share.exhausted else rows(current)
         left += sum(rows(batch) for batch in share.rest())
         total = torch.tensor([left], dtype=torch.int64, device=communication_device())
         dist.all_reduce(total)
@@ -307,120 +306,7 @@ class StreamRun:
         return unseen
 
 
-def _all_ended(count: int, ended_here: bool, step: int) -> bool:
-    """``"same"``: whether the stream ended on all ``count`` processes; raises on all if only some."""
-    world = dist.get_world_size()
-    if 0 < count < world:
-        ended_on = [rank for rank, done in enumerate(all_gather_objects(ended_here)) if done]
-        raise RuntimeError(
-            f"The iterable dataset ran out on processes {ended_on} of {world} after {step} batches, "
-            "but not on the others: it yields different elements on different processes. Every process "
-            "reads the whole stream and keeps its own slice, so make the dataset yield the same stream "
-            "on every process (do not split it by rank yourself), or shard it yourself and use a plain "
-            "`DataLoader` without `prepare_data_loader`."
-        )
-    return count > 0
-
-
-class _Share:
-    """This process's batches: the real pass over its share, then passes from its start (padding).
-
-    On resume at step ``skip``: a process whose stream had ended at ``ended_at < skip`` continues
-    ``skip - ended_at`` batches into its padding (passes of ``ended_at`` batches each); any other
-    skips ``skip`` batches of its real pass. Skipped batches are read and dropped: with workers the
-    loader interleaves their batches, so only batch counts after interleaving are exact.
-    """
-
-    def __init__(
-        self, first: Iterator[Any], restart: Callable[[], Iterator[Any]], skip: int, ended_at: int | None
-    ) -> None:
-        self.restart = restart
-        self.exhausted = ended_at is not None and 0 < ended_at < skip
-        into = (skip - ended_at) % ended_at if self.exhausted and ended_at else skip
-        self.iterator = itertools.islice(first, into, None) if into else first
-
-    def fetch(self) -> Any:
-        """The next batch, or ``_END`` when the real pass ends (then ``exhausted``)."""
-        if self.exhausted:
-            return self.padding()
-        batch = next(self.iterator, _END)
-        self.exhausted = batch is _END
-        return batch
-
-    def padding(self) -> Any:
-        """The next batch of a pass from the start of the share, restarting it when it ends."""
-        batch = next(self.iterator, _END)
-        if batch is _END:
-            self.iterator = self.restart()
-            batch = next(self.iterator, _END)
-        if batch is _END:
-            raise RuntimeError("This process's share of the stream yields nothing, so it cannot be padded.")
-        return batch
-
-    def rest(self) -> Iterator[Any]:
-        """What is left of the real pass (nothing once it ended)."""
-        return iter(()) if self.exhausted else self.iterator
-
-
-class _Agreement:
-    """One asynchronous all-reduce (a sum over the group) of one integer per fetch, settled before that batch
-    is yielded: how many ranks' streams have ended.
-
-    ``counted=False`` (``"same"``) needs only that count. ``counted=True`` learns who ended, and how many
-    real and padding samples each process yielded, at the checks where the count rises (each process's
-    stream ends once an epoch, so at most ``N`` checks; usually a few at the epoch's end): one more
-    all-reduce, synchronous, of the ``3 x N`` vector of each process's ended flag and two counts in its
-    own entries, as of that fetch. Every process sees the same count, so all take part in it or none.
-    """
-
-    def __init__(self, num_processes: int, process_index: int, counted: bool) -> None:
-        self.size, self.rank, self.counted = num_processes, process_index, counted
-        self._pending: tuple[torch.Tensor, Any] | None = None
-        self._sent: tuple[bool, int, int] = (False, 0, 0)
-        self._ended = 0
-        """Ranks whose stream had ended at the last check."""
-
-    def start(self, exhausted: bool, counts: list[int]) -> None:
-        flag = torch.tensor([int(exhausted)], dtype=torch.int64, device=communication_device())
-        self._sent = (exhausted, counts[0], counts[1])
-        self._pending = (flag, dist.all_reduce(flag, async_op=True))
-
-    def drain(self) -> None:
-        """Wait for a started check whose answer is no longer needed."""
-        if self._pending is not None:
-            self._pending[1].wait()
-            self._pending = None
-
-    def settle(self) -> list[int] | None:
-        """``[ended]`` (``counted=False``); else the ``3 x N`` vector if a stream ended since the last check,
-        ``None`` if none did."""
-        assert self._pending is not None  # NOTE: each settle follows its start in `StreamRun.batches`.
-        flag, work = self._pending
-        self._pending = None
-        work.wait()
-        ended = int(flag.item())
-        if not self.counted:
-            return [ended]
-        if ended == self._ended:
-            return None
-        self._ended = ended
-        return self._vector()
-
-    def _vector(self) -> list[int]:
-        """Who ended and what each yielded, as of the fetch just checked (a synchronous all-reduce)."""
-        exhausted, real, padding = self._sent
-        vector = torch.zeros(3 * self.size, dtype=torch.int64, device=communication_device())
-        vector[self.rank] = int(exhausted)
-        vector[self.size + self.rank] = real
-        vector[2 * self.size + self.rank] = padding
-        dist.all_reduce(vector)
-        # NOTE: under a mesh every rank of a data-parallel index reads the same share and writes the same
-        # entries, so each is counted once per rank of its index.
-        peers = dist.get_world_size() // self.size
-        return [int(value) // peers for value in vector.tolist()]
-
-
-_ENDS_TEXT = {
+ENDS_TEXT = {
     PAD: "uneven ends padded by restarting the shorter shares (padded samples counted at each epoch's end)",
     SHORTEST: "all stop at the shortest stream (samples left unseen reported at each epoch's end)",
     OWN: "each process reads its part to its end",
@@ -440,7 +326,7 @@ def describe_stream(dataset: Any, stream: StreamRun | None) -> str | None:
         how = "strided, every process reads the whole stream"
     else:
         return None
-    ends = _ENDS_TEXT.get(stream.stream_ends) if stream is not None else None
+    ends = ENDS_TEXT.get(stream.stream_ends) if stream is not None else None
     return f"{how}; {ends}" if ends else how
 
 

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, SequentialSampler
+from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
-from lightning_shard.sampling.samplers import SeedableRandomSampler
+from lightning_shard.sampling.samplers import SeedableRandomSampler, scalable_batch_sampler
 
 _FREE_OF_DRAWS = (SequentialSampler,)
 """Sampler classes whose order draws nothing."""
@@ -149,3 +149,63 @@ def generator_of(batch_sampler: Any) -> torch.Generator | None:
         return batch_sampler.generator
     generator = getattr(getattr(batch_sampler, "sampler", None), "generator", None)
     return generator if isinstance(generator, torch.Generator) else None
+
+
+def _own_generator() -> torch.Generator:
+    """A generator seeded with a draw from the global RNG, as the reference seeds a ``RandomSampler``'s."""
+    return torch.Generator().manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+
+
+def _with_own_generator(sampler: RandomSampler, seedable: bool, data_seed: int | None) -> RandomSampler:
+    """A plain ``RandomSampler`` whose order is recorded (a generator) and, if asked, seedable."""
+    # NOTE: `_num_samples` is the constructor argument, None meaning len(data).
+    same: dict[str, Any] = {"replacement": sampler.replacement, "num_samples": sampler._num_samples}
+    if seedable:
+        return SeedableRandomSampler(
+            sampler.data_source, **same, generator=sampler.generator, data_seed=data_seed
+        )
+    if sampler.generator is not None:
+        return sampler
+    # NOTE: drawn from the global RNG exactly as the reference does, so seeded runs agree with it.
+    return RandomSampler(sampler.data_source, **same, generator=_own_generator())
+
+
+def recorded_batch_sampler(
+    batch_sampler: Any, *, seedable: bool, scalable: bool, data_seed: int | None
+) -> Any:
+    """The user's batch sampler, with a recorded random order; the user's objects are not mutated.
+
+    ``seedable``, ``scalable``, ``data_seed``: the options ``use_seedable_sampler``, ``scalable_shuffle`` and
+    ``data_seed`` (``ShardOptions``).
+    """
+    if scalable:
+        return scalable_batch_sampler(batch_sampler, data_seed)
+    sampler = getattr(batch_sampler, "sampler", None)
+    if type(batch_sampler) is BatchSampler and type(sampler) is RandomSampler:
+        return BatchSampler(
+            _with_own_generator(sampler, seedable, data_seed),
+            batch_sampler.batch_size,
+            batch_sampler.drop_last,
+        )
+    if type(batch_sampler) is BatchSampler and isinstance(sampler, SeedableRandomSampler):
+        return batch_sampler
+    return _kept_with_own_randomness(batch_sampler, sampler, seedable, data_seed)
+
+
+def _kept_with_own_randomness(batch_sampler: Any, sampler: Any, seedable: bool, data_seed: int | None) -> Any:
+    """The user's (batch) sampler, its class kept, its draws recorded (``sampling/own_sampler.py``).
+
+    NOTE: a sampler with a ``generator`` attribute left ``None`` draws from the global RNG, which a resumed
+    run cannot replay: a copy gets a generator of its own. Draws from the global generators themselves
+    (a user's class) are isolated by ``OwnDraws``, which also re-seeds each epoch with ``data_seed``.
+    """
+    drawing = sampler is not None and hasattr(sampler, "generator")
+    if drawing and sampler.generator is None:
+        batch_sampler = with_sampler(batch_sampler, copy_with_generator(sampler, _own_generator()))
+    global_draws = may_draw_globally(batch_sampler)
+    seeded = seedable and (drawing or global_draws)
+    if not (global_draws or seeded):
+        return batch_sampler
+    generator = generator_of(batch_sampler) or _own_generator()
+    seed = (data_seed if data_seed is not None else torch.initial_seed()) if seeded else None
+    return OwnDraws(batch_sampler, generator, seed, global_draws)

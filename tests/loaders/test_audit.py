@@ -16,6 +16,7 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 from lightning_shard import BatchSamplerShard, DataLoaderShard, prepare_data_loader
 from lightning_shard import audit as audit_module
 from lightning_shard.audit import ShardAudit, expected_padding_and_missing
+from lightning_shard.comm import bitmaps
 from lightning_shard.comm.collectives import all_true
 from tests.helpers.datasets import IdMap, IdStream
 from tests.helpers.dist import run_distributed
@@ -301,18 +302,18 @@ def test_gather_sums_compact_counts_exactly_across_chunks() -> None:
 
 def test_counts_fit_their_type_at_any_number_of_processes() -> None:
     for processes in (1, 2, 127, 128, 16_384, 1 << 30):
-        dtype = audit_module.count_dtype(processes)
+        dtype = bitmaps.count_dtype(processes)
         assert 2 * processes <= torch.iinfo(dtype).max
-    assert audit_module.count_dtype(127) == torch.uint8 and audit_module.count_dtype(128) == torch.int32
+    assert bitmaps.count_dtype(127) == torch.uint8 and bitmaps.count_dtype(128) == torch.int32
 
 
 def test_states_pack_back_into_the_bitmaps() -> None:
     audit = ShardAudit(37)
     audit.record_indices([0, 3, 3, 9, 36, 36, 36, 20])
-    states = audit_module._states(audit.seen, audit.repeated)
+    states = bitmaps.states(audit.seen, audit.repeated)
     assert (
         states[:37].tolist() == [{0: 1, 3: 2, 9: 1, 36: 2, 20: 1}.get(index, 0) for index in range(37)]
         and not states[37:].any()
     )
-    assert torch.equal(audit_module._pack(states >= 1), audit.seen)
-    assert torch.equal(audit_module._pack(states >= 2), audit.repeated)
+    assert torch.equal(bitmaps.pack(states >= 1), audit.seen)
+    assert torch.equal(bitmaps.pack(states >= 2), audit.repeated)

@@ -1,0 +1,131 @@
+"""How a stream's processes learn that one of their shares ended: ``Agreement`` (one asynchronous
+all-reduce of one integer per fetch) and ``Share`` (a process's batches: the real pass over its share,
+then passes from its start as padding); used by ``StreamRun`` (``loaders/streams.py``; docs/DESIGN.md,
+"Streaming data", "Scale")."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from lightning_shard.comm.collectives import all_gather_objects, communication_device
+
+END = object()
+"""What ``Share.fetch`` returns once the real pass is over."""
+
+
+def all_ended(count: int, ended_here: bool, step: int) -> bool:
+    """``"same"``: whether the stream ended on all ``count`` processes; raises on all if only some."""
+    world = dist.get_world_size()
+    if 0 < count < world:
+        ended_on = [rank for rank, done in enumerate(all_gather_objects(ended_here)) if done]
+        raise RuntimeError(
+            f"The iterable dataset ran out on processes {ended_on} of {world} after {step} batches, "
+            "but not on the others: it yields different elements on different processes. Every process "
+            "reads the whole stream and keeps its own slice, so make the dataset yield the same stream "
+            "on every process (do not split it by rank yourself), or shard it yourself and use a plain "
+            "`DataLoader` without `prepare_data_loader`."
+        )
+    return count > 0
+
+
+class Share:
+    """This process's batches: the real pass over its share, then passes from its start (padding).
+
+    On resume at step ``skip``: a process whose stream had ended at ``ended_at < skip`` continues
+    ``skip - ended_at`` batches into its padding (passes of ``ended_at`` batches each); any other
+    skips ``skip`` batches of its real pass. Skipped batches are read and dropped: with workers the
+    loader interleaves their batches, so only batch counts after interleaving are exact.
+    """
+
+    def __init__(
+        self, first: Iterator[Any], restart: Callable[[], Iterator[Any]], skip: int, ended_at: int | None
+    ) -> None:
+        self.restart = restart
+        self.exhausted = ended_at is not None and 0 < ended_at < skip
+        into = (skip - ended_at) % ended_at if self.exhausted and ended_at else skip
+        self.iterator = itertools.islice(first, into, None) if into else first
+
+    def fetch(self) -> Any:
+        """The next batch, or ``END`` when the real pass ends (then ``exhausted``)."""
+        if self.exhausted:
+            return self.padding()
+        batch = next(self.iterator, END)
+        self.exhausted = batch is END
+        return batch
+
+    def padding(self) -> Any:
+        """The next batch of a pass from the start of the share, restarting it when it ends."""
+        batch = next(self.iterator, END)
+        if batch is END:
+            self.iterator = self.restart()
+            batch = next(self.iterator, END)
+        if batch is END:
+            raise RuntimeError("This process's share of the stream yields nothing, so it cannot be padded.")
+        return batch
+
+    def rest(self) -> Iterator[Any]:
+        """What is left of the real pass (nothing once it ended)."""
+        return iter(()) if self.exhausted else self.iterator
+
+
+class Agreement:
+    """One asynchronous all-reduce (a sum over the group) of one integer per fetch, settled before that batch
+    is yielded: how many ranks' streams have ended.
+
+    ``counted=False`` (``"same"``) needs only that count. ``counted=True`` learns who ended, and how many
+    real and padding samples each process yielded, at the checks where the count rises (each process's
+    stream ends once an epoch, so at most ``N`` checks; usually a few at the epoch's end): one more
+    all-reduce, synchronous, of the ``3 x N`` vector of each process's ended flag and two counts in its
+    own entries, as of that fetch. Every process sees the same count, so all take part in it or none.
+    """
+
+    def __init__(self, num_processes: int, process_index: int, counted: bool) -> None:
+        self.size, self.rank, self.counted = num_processes, process_index, counted
+        self._pending: tuple[torch.Tensor, Any] | None = None
+        self._sent: tuple[bool, int, int] = (False, 0, 0)
+        self._ended = 0
+        """Ranks whose stream had ended at the last check."""
+
+    def start(self, exhausted: bool, counts: list[int]) -> None:
+        flag = torch.tensor([int(exhausted)], dtype=torch.int64, device=communication_device())
+        self._sent = (exhausted, counts[0], counts[1])
+        self._pending = (flag, dist.all_reduce(flag, async_op=True))
+
+    def drain(self) -> None:
+        """Wait for a started check whose answer is no longer needed."""
+        if self._pending is not None:
+            self._pending[1].wait()
+            self._pending = None
+
+    def settle(self) -> list[int] | None:
+        """``[ended]`` (``counted=False``); else the ``3 x N`` vector if a stream ended since the last check,
+        ``None`` if none did."""
+        assert self._pending is not None  # NOTE: each settle follows its start in `StreamRun.batches`.
+        flag, work = self._pending
+        self._pending = None
+        work.wait()
+        ended = int(flag.item())
+        if not self.counted:
+            return [ended]
+        if ended == self._ended:
+            return None
+        self._ended = ended
+        return self._vector()
+
+    def _vector(self) -> list[int]:
+        """Who ended and what each yielded, as of the fetch just checked (a synchronous all-reduce)."""
+        exhausted, real, padding = self._sent
+        vector = torch.zeros(3 * self.size, dtype=torch.int64, device=communication_device())
+        vector[self.rank] = int(exhausted)
+        vector[self.size + self.rank] = real
+        vector[2 * self.size + self.rank] = padding
+        dist.all_reduce(vector)
+        # NOTE: under a mesh every rank of a data-parallel index reads the same share and writes the same
+        # entries, so each is counted once per rank of its index.
+        peers = dist.get_world_size() // self.size
+        return [int(value) // peers for value in vector.tolist()]
