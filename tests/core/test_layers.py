@@ -87,6 +87,24 @@ def test_no_import_circles() -> None:
         visit(name)
 
 
+def test_one_writer_of_the_epoch_position() -> None:
+    """docs/DESIGN.md, "No singleton": only ``Resumption`` (``loaders/resumable.py``) moves a loader's live
+    ``Position`` and finishes its epochs; the loaders only produce batches."""
+    writers = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            targets += [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                for part in target.elts if isinstance(target, ast.Tuple) else [target]:
+                    owner = ast.unparse(part.value) if isinstance(part, ast.Attribute) else ""
+                    if owner.split(".")[-1] in ("position", "progress", "restore", "pending"):
+                        writers.add(path.relative_to(PACKAGE).as_posix())
+        if "finish_epoch()" in path.read_text():
+            writers.add(path.relative_to(PACKAGE).as_posix())
+    assert writers == {"loaders/resumable.py"}, writers
+
+
 def test_no_import_machinery() -> None:
     for path in PACKAGE.rglob("*.py"):
         tree = ast.parse(path.read_text())

@@ -379,7 +379,7 @@ def _ids(batches: Iterator[Any]) -> list[int]:
 
 
 def _hooked(shard: Any, trainer: Any, on_resharded: Any = lambda: None) -> Any:
-    shard.resume_hook = LightningResumeHook(trainer, shard, on_resharded)
+    shard.resume_hook = LightningResumeHook(trainer, shard, resharded=on_resharded)
     return shard
 
 
