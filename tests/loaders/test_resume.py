@@ -170,6 +170,20 @@ def test_state_dict_is_plain_versioned_json() -> None:
         assert state["mode"] == ("dispatch" if case.options.get("dispatch_batches") else "shard")
 
 
+def test_state_at_is_the_state_dict_at_those_steps_before_it_becomes_plain_data() -> None:
+    for case in [SAME_SIZE_CASES[0], DISPATCH_ONE_PROCESS_CASES[0]]:
+        loader = stopped(case, 1, 0, 0, 3)
+        for steps in (0, 1, 3):
+            assert loader.state_at(steps).to_dict() == loader.state_dict(steps)
+    # NOTE: after a resume onto another number of processes, `consumed` counts the steps taken before it.
+    state = stopped(SAME_SIZE_CASES[0], 2, 0, 0, 2).state_dict()
+    after = resumed(SAME_SIZE_CASES[0], 1, 0, state)
+    consumed = state["consumed"]
+    assert after.state_at(2).consumed == consumed and after.state_at(3).consumed == consumed + 1
+    with pytest.raises(ValueError, match="below the 2 steps this epoch took before it was resumed"):
+        after.state_at(1)
+
+
 # -- map-style skips never load -----------------------------------------------------------------------
 def _dataset(loader: Any) -> FormMap:
     return loader.dataset
