@@ -401,6 +401,13 @@ def test_a_state_parses_and_writes_back_the_same_flat_dict() -> None:
         state = stopped(case, 1, 0, 0, 2).state_dict()
         again = LoaderState.from_dict(state).to_dict()
         assert again == state and list(again) == list(state)
+        # NOTE: the keys come from the fields of `ShardingInfo`, `Position` and `LoaderState`; these are the
+        # format's (version 2), so a new field of theirs must not change it unnoticed.
+        assert set(state) == {
+            *("format", "version", "mode", "num_processes", "split_batches", "even_batches", "drop_last"),
+            *("batch_size", "dataset_length", "sampler", "epoch", "steps", "base", "base_steps"),
+            *("generator_state", "sampler_seed", "num_workers", "consumed", "world_size", "streams"),
+        }
 
 
 def test_a_version_1_state_loads_and_is_the_pending_position() -> None:
