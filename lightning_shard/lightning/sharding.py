@@ -11,7 +11,6 @@ import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from torch.optim import Optimizer
@@ -48,6 +47,7 @@ from lightning_shard.lightning.stages import (
     flatten_loaders,
     is_shard_loader,
     prepare_for_stage,
+    running_loaders,
     stage_defaults,
     stage_key,
 )
@@ -258,8 +258,7 @@ class StrategySharding:
         return keep_rows(gathered, slice(0, loader.remainder))
 
     def current_loader(self) -> ShardLoader | None:
-        stage = self.trainer.state.stage
-        loaders = flatten_loaders(getattr(self.trainer, _STAGE_LOADERS.get(stage, "predict_dataloaders")))
+        loaders = running_loaders(self.trainer)
         loader = loaders[self._dataloader_idx] if self._dataloader_idx < len(loaders) else None
         return loader if is_shard_loader(loader) else None
 
@@ -288,12 +287,3 @@ def _load_early(loader: ShardLoader, states: list[Any], position: int) -> None:
     state = states[position] if position < len(states) else None
     if isinstance(state, dict) and state.get("format") == STATE_FORMAT:
         loader.load_state_dict(state)
-
-
-_STAGE_LOADERS: dict[RunningStage | None, str] = {
-    RunningStage.TRAINING: "train_dataloader",
-    RunningStage.SANITY_CHECKING: "val_dataloaders",
-    RunningStage.VALIDATING: "val_dataloaders",
-    RunningStage.TESTING: "test_dataloaders",
-}
-"""The trainer attribute with each running stage's loaders (predict's for any other stage)."""
