@@ -87,8 +87,8 @@ class StrategySharding:
         check_lightning_version()
         warn_about_store_sharing()
         self._strategy = strategy
-        self.options = ShardOptions.from_kwargs(arguments)
-        self.strategy_options = StrategyOptions.from_kwargs(arguments)
+        self.options = ShardOptions.pick(arguments)
+        self.strategy_options = StrategyOptions.pick(arguments)
         self.shard_plan: ShardPlan | None = None
         self.loaders_left_alone = False
         self._trainer: pl.Trainer | None = None
