@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, overload
 
 import torch
 from torch.optim import Optimizer
@@ -88,7 +88,14 @@ class ShardOptimizer(Optimizer):
     param_groups = _forwarded("optimizer", "param_groups")
     defaults = _forwarded("optimizer", "defaults")
 
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+    # NOTE: the overloads of `Optimizer.step`: no closure gives `None`, a closure its loss.
+    @overload
+    def step(self, closure: None = None) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
+
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
         """Step the inner optimizer, through the scaler when one is set, and record whether it was skipped.
 
         Raises:

@@ -34,8 +34,13 @@ _O = TypeVar("_O", bound="_Options")
 
 class _Options:
     @classmethod
-    def from_kwargs(cls: type[_O], values: Mapping[str, Any]) -> _O:
-        """The options named in ``values`` (a flat signature's arguments); other keys are ignored."""
+    def pick(cls: type[_O], values: Mapping[str, Any]) -> _O:
+        """The options among ``values``, a mapping that holds other keys too (a flat signature's
+        ``locals()``, a strategy's arguments): the keys named like a field are taken, the others left.
+
+        NOTE: not a check of the keys: a misspelled option is refused by the signature that takes it
+        (``check_keywords`` for a strategy's ``**kwargs``), never here.
+        """
         return cls(**{name: values[name] for name in option_names(cls) if name in values})
 
 

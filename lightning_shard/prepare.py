@@ -64,7 +64,7 @@ def prepare_data_loader(
         TypeError: if ``dataloader`` is not a ``DataLoader``.
         ValueError: on any inconsistent option; the message names the parameter and the fix.
     """
-    options = ShardOptions.from_kwargs(locals())
+    options = ShardOptions.pick(locals())
     topology = resolve_topology(num_processes, process_index, torch_device_mesh)
     return prepare_with_options(dataloader, options, topology, device=device, device_mesh=torch_device_mesh)
 

@@ -1,10 +1,11 @@
 """``ShardAuditCallback``: which samples each training epoch consumed, checked on every epoch's end.
 
 ``ShardStrategy(audit=True)`` adds it to the trainer and shows it every training loader it shards. The
-indices come from the loader's index source (its ``EpochCursor``), so any map-style dataset can be
-audited, whatever its samples hold. The cursor runs ahead of training (the ``DataLoader`` prefetches,
-workers prefetch more, a process of a dispatched loader loads a whole global batch), so the indices it
-yields wait in a queue and each training step that ends takes the oldest: only consumed batches count.
+indices come from the loader's index source (its ``EpochCursor``, observed through
+``loader.index_observer``), so any map-style dataset can be audited, whatever its samples hold. The cursor
+runs ahead of training (the ``DataLoader`` prefetches, workers prefetch more, a process of a dispatched
+loader loads a whole global batch), so the indices it yields wait in a queue and each training step that
+ends takes the oldest: only consumed batches count.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from lightning_shard.audit import AuditReport, ShardAudit, sharding_allowances
 from lightning_shard.comm.collectives import all_true
 from lightning_shard.lightning.stages import ShardLoader, flatten_loaders, is_shard_loader
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
-from lightning_shard.loaders.state import LoaderState
 
 _BUFFERED = 8192
 """Indices kept before they are recorded: one bitmap update per few hundred steps, not one per step."""
@@ -159,8 +159,7 @@ class ShardAuditCallback(Callback):
                 tensor-parallel peer under a mesh); it still takes part in each epoch's merge.
         """
         self._records = records
-        cursor = loader.cursor
-        if cursor is None:
+        if loader.cursor is None:
             self._explain(
                 "its dataset is iterable, so its samples have no indices to record (a stream's samples read, "
                 "padded and left unseen are logged at each epoch's end)"
@@ -172,7 +171,7 @@ class ShardAuditCallback(Callback):
             return
         # NOTE: a dispatcher's process 0 loads (so its cursor yields) the `N` batches of a step.
         dispatcher = loader if isinstance(loader, DataLoaderDispatcher) and not loader.split_batches else None
-        cursor.observer = IndexTap(1 if dispatcher is None else dispatcher.num_processes)
+        loader.index_observer = IndexTap(1 if dispatcher is None else dispatcher.num_processes)
 
     # -- per step ---------------------------------------------------------------------------------
     @override
@@ -272,7 +271,7 @@ class ShardAuditCallback(Callback):
 
 
 def _tap_of(loader: ShardLoader) -> IndexTap | None:
-    observer = getattr(loader.cursor, "observer", None)
+    observer = loader.index_observer
     return observer if isinstance(observer, IndexTap) else None
 
 
@@ -285,7 +284,7 @@ def _epoch_audit(loader: ShardLoader, steps_before: int, recorded: bool = False)
     dataset of the remaining samples, which sets the padding allowed. The samples consumed before the
     resume are allowed to be missing, unless their record came with the checkpoint (``recorded``).
     """
-    state = LoaderState.from_dict(loader.state_dict(steps=steps_before))  # type: ignore[call-arg]
+    state = loader.state_at(steps_before)
     info = state.sharding
     length, batch_size = info.dataset_length or 0, info.batch_size or 0
     before = min(state.consumed * batch_size, length)

@@ -50,7 +50,7 @@ class ShardDataModule(pl.LightningDataModule):
         check_stage_options(self.shard_stage_options)
         return dict(self.shard_stage_options.get(stage, {}))
 
-    @property  # type: ignore[override]
+    @property
     def trainer(self) -> pl.Trainer | None:
         return self._shard_trainer
 

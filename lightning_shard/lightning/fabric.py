@@ -85,7 +85,7 @@ class ShardFabricStrategy(DDPStrategy):
         options = locals()
         check_keywords(type(self), kwargs, (DDPStrategy.__init__, DistributedDataParallel.__init__))
         super().__init__(**kwargs)
-        self.options = ShardOptions.from_kwargs(options)
+        self.options = ShardOptions.pick(options)
 
     @property
     @override

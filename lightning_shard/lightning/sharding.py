@@ -12,7 +12,6 @@ import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from torch.optim import Optimizer
@@ -49,6 +48,7 @@ from lightning_shard.lightning.stages import (
     flatten_loaders,
     is_shard_loader,
     prepare_for_stage,
+    running_loaders,
     stage_defaults,
     stage_key,
 )
@@ -88,8 +88,8 @@ class StrategySharding:
         check_lightning_version()
         warn_about_store_sharing()
         self._strategy = strategy
-        self.options = ShardOptions.from_kwargs(arguments)
-        self.strategy_options = StrategyOptions.from_kwargs(arguments)
+        self.options = ShardOptions.pick(arguments)
+        self.strategy_options = StrategyOptions.pick(arguments)
         self.shard_plan: ShardPlan | None = None
         self.loaders_left_alone = False
         self._trainer: pl.Trainer | None = None
@@ -259,8 +259,7 @@ class StrategySharding:
         return keep_rows(gathered, slice(0, loader.remainder))
 
     def current_loader(self) -> ShardLoader | None:
-        stage = self.trainer.state.stage
-        loaders = flatten_loaders(getattr(self.trainer, _STAGE_LOADERS.get(stage, "predict_dataloaders")))
+        loaders = running_loaders(self.trainer)
         loader = loaders[self._dataloader_idx] if self._dataloader_idx < len(loaders) else None
         return loader if is_shard_loader(loader) else None
 
@@ -289,12 +288,3 @@ def _load_early(loader: ShardLoader, states: list[Any], position: int) -> None:
     state = states[position] if position < len(states) else None
     if isinstance(state, dict) and state.get("format") == STATE_FORMAT:
         loader.load_state_dict(state)
-
-
-_STAGE_LOADERS: dict[RunningStage | None, str] = {
-    RunningStage.TRAINING: "train_dataloader",
-    RunningStage.SANITY_CHECKING: "val_dataloaders",
-    RunningStage.VALIDATING: "val_dataloaders",
-    RunningStage.TESTING: "test_dataloaders",
-}
-"""The trainer attribute with each running stage's loaders (predict's for any other stage)."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+import lightning.pytorch as pl
 import torch
 from lightning.fabric.utilities.data import sized_len
 from lightning.pytorch.trainer.states import RunningStage
@@ -33,18 +35,36 @@ def is_shard_loader(loader: object) -> TypeGuard[ShardLoader]:
 STAGES = ("train", "validate", "test", "predict")
 """The keys of per-stage options, e.g. in ``ShardDataModule.shard_options(stage)``."""
 
-_STAGE_OF_RUN = {
-    RunningStage.TRAINING: "train",
-    RunningStage.SANITY_CHECKING: "validate",
-    RunningStage.VALIDATING: "validate",
-    RunningStage.TESTING: "test",
-    RunningStage.PREDICTING: "predict",
+
+@dataclass(frozen=True)
+class _StageLoaders:
+    key: str
+    """The options key of the stage (one of ``STAGES``)."""
+    trainer_attribute: str
+    """The trainer attribute that holds the stage's loaders."""
+
+
+_RUNNING_STAGES = {
+    RunningStage.TRAINING: _StageLoaders("train", "train_dataloader"),
+    RunningStage.SANITY_CHECKING: _StageLoaders("validate", "val_dataloaders"),
+    RunningStage.VALIDATING: _StageLoaders("validate", "val_dataloaders"),
+    RunningStage.TESTING: _StageLoaders("test", "test_dataloaders"),
+    RunningStage.PREDICTING: _StageLoaders("predict", "predict_dataloaders"),
 }
+"""Each running stage of Lightning: its options key and where the trainer holds its loaders."""
 
 
 def stage_key(stage: RunningStage | None) -> str:
     """The options key (``"train"``, ``"validate"``, ``"test"``, ``"predict"``) of a running stage."""
-    return "train" if stage is None else _STAGE_OF_RUN[stage]
+    return "train" if stage is None else _RUNNING_STAGES[stage].key
+
+
+def running_loaders(trainer: pl.Trainer) -> list[Any]:
+    """The loaders of the stage ``trainer`` runs, flattened (none outside a stage)."""
+    stage = trainer.state.stage
+    if stage is None:
+        return []
+    return flatten_loaders(getattr(trainer, _RUNNING_STAGES[stage].trainer_attribute))
 
 
 def stage_defaults(options: ShardOptions, stage: str) -> ShardOptions:

@@ -12,10 +12,11 @@ from typing import Any
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from lightning_shard.loaders.cursor import EpochCursor
+from lightning_shard.loaders.cursor import EpochCursor, IndexObserver
 from lightning_shard.loaders.position import Position, ResumeHook, ShardingInfo
 from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.settings import loader_settings
+from lightning_shard.loaders.state import LoaderState
 from lightning_shard.loaders.streams import StreamRun
 from lightning_shard.sampling.epochs import forward_epoch
 from lightning_shard.sampling.own_sampler import seeded_order
@@ -188,6 +189,36 @@ class ResumableLoader(DataLoader):
                 or ``split_batches`` setting (``check_resumable``).
         """
         self.resumption.load_state_dict(state_dict)
+
+    def state_at(self, steps: int) -> LoaderState:
+        """The loader's state once ``steps`` steps of the epoch in progress (or the next) are consumed.
+
+        What ``state_dict(steps)`` writes, before it becomes plain data: the ``sharding``, and in
+        ``consumed`` the batches every process consumed together, those before a resume included.
+
+        Raises:
+            ValueError: if ``steps`` is below the steps taken before this run resumed the epoch.
+        """
+        resumption = self.resumption
+        return resumption.state_at(resumption.snapshot(), steps)
+
+    @property
+    def index_observer(self) -> IndexObserver | None:
+        """What wraps each iteration's batches of indices, as the loader's ``cursor`` yields them (``None``:
+        nothing; always for iterable data). Set it before the ``iter()`` whose indices it should see."""
+        cursor = self.cursor
+        return None if cursor is None else cursor.observer
+
+    @index_observer.setter
+    def index_observer(self, observer: IndexObserver | None) -> None:
+        cursor = self.cursor
+        if cursor is None:
+            raise ValueError(
+                f"This loader's dataset ({type(self.dataset).__name__}) is iterable, so its batches have no "
+                "indices to observe. Observe a loader over a map-style dataset (one with `__getitem__` and "
+                "`__len__`); check `loader.cursor is not None` first."
+            )
+        cursor.observer = observer
 
 
 class LoaderSource:

@@ -10,6 +10,9 @@ from lightning_shard.sampling.epochs import forward_epoch
 from lightning_shard.sampling.index_source import SeekableBatchSampler
 from lightning_shard.sampling.samplers import BatchSamplerWrapper
 
+IndexObserver = Callable[[Iterator[Any]], Iterator[Any]]
+"""Wraps one iteration's batches of indices, yielding them on (``ShardAuditCallback``'s ``IndexTap``)."""
+
 
 class EpochCursor(BatchSamplerWrapper):
     """Wraps a (sharded) batch sampler; the next iteration starts at ``start`` after ``consumed``.
@@ -26,7 +29,7 @@ class EpochCursor(BatchSamplerWrapper):
         self.start = 0
         self.consumed = 0
         self.epoch = 0
-        self.observer: Callable[[Iterator[Any]], Iterator[Any]] | None = None
+        self.observer: IndexObserver | None = None
         """Wraps each iteration's batches of indices when set (``ShardAuditCallback`` records them)."""
 
     def rewind(self, start: int = 0, consumed: int = 0) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sized
 from typing import Any
 
 import torch
@@ -339,7 +339,7 @@ class _DispatchSource(LoaderSource):
             even_batches=True,
             drop_last=_user_drop_last(loader),
             batch_size=cursor.batch_size if cursor is not None else loader.batch_size,
-            dataset_length=len(dataset) if hasattr(dataset, "__len__") else None,  # type: ignore[arg-type]
+            dataset_length=len(dataset) if isinstance(dataset, Sized) else None,
             sampler=sampler_kind(self.sampler(), dataset),
         )
 

@@ -9,7 +9,7 @@ handled or refused by name.
 from __future__ import annotations
 
 import base64
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, get_args
 
 import torch
@@ -23,12 +23,10 @@ STATE_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 """Version 1 (lightning_shard 0.1) lacks the optional keys (``_OPTIONAL``); they then take their defaults."""
 
-_POSITION_KEYS = ("epoch", "steps", "base", "base_steps", "generator_state", "sampler_seed")
-_KEYS = (
-    "mode epoch steps base consumed num_processes split_batches even_batches drop_last batch_size dataset_length "
-    "generator_state sampler_seed base_steps world_size num_workers sampler streams"
-).split()
-"""The saved keys, in the order they are written (after ``format`` and ``version``)."""
+_POSITION_RENAMED = {"workers": "num_workers"}
+"""``Position`` fields saved under another key."""
+_POSITION_LIVE = ("in_epoch", "end")
+"""``Position`` fields of a live loader only, never saved."""
 _OPTIONAL = dict.fromkeys(("generator_state", "sampler_seed", "world_size", "sampler", "streams"))
 _OPTIONAL.update(base_steps=0, num_workers=0)
 
@@ -60,15 +58,13 @@ class LoaderState:
 
     def to_dict(self) -> dict[str, Any]:
         """The state as plain data, with its format and version."""
-        flat = {
+        return {
+            "format": STATE_FORMAT,
+            "version": STATE_VERSION,
             **asdict(self.sharding),
-            **{name: getattr(self.position, name) for name in _POSITION_KEYS},
-            "consumed": self.consumed,
-            "world_size": self.world_size,
-            "num_workers": self.position.workers,
-            "streams": self.streams,
+            **{key: getattr(self.position, name) for name, key in _POSITION_SAVED.items()},
+            **{name: getattr(self, name) for name in _OWN_SAVED},
         }
-        return {"format": STATE_FORMAT, "version": STATE_VERSION, **{key: flat[key] for key in _KEYS}}
 
     @classmethod
     def from_dict(cls, state: Any) -> LoaderState:
@@ -97,9 +93,23 @@ class LoaderState:
             )
         values: dict[str, Any] = {name: state.get(name, _OPTIONAL.get(name)) for name in _KEYS}
         _check_values(values)
-        position = Position(**{name: values[name] for name in _POSITION_KEYS}, workers=values["num_workers"])
-        sharding = ShardingInfo(**{name: values[name] for name in ShardingInfo.__dataclass_fields__})
-        return cls(sharding, position, values["consumed"], values["world_size"], values["streams"])
+        sharding = ShardingInfo(**{name: values[name] for name in _SHARDING_SAVED})
+        position = Position(**{name: values[key] for name, key in _POSITION_SAVED.items()})
+        return cls(sharding, position, **{name: values[name] for name in _OWN_SAVED})
+
+
+# NOTE: the saved keys come from the fields, so a field added to `ShardingInfo`, `Position` or `LoaderState`
+# is saved and read back (give it a default in `_OPTIONAL`: states written before it lack it).
+_SHARDING_SAVED = tuple(field.name for field in fields(ShardingInfo))
+_POSITION_SAVED = {
+    field.name: _POSITION_RENAMED.get(field.name, field.name)
+    for field in fields(Position)
+    if field.name not in _POSITION_LIVE
+}
+"""Each saved ``Position`` field and its key."""
+_OWN_SAVED = tuple(field.name for field in fields(LoaderState) if field.name not in ("sharding", "position"))
+_KEYS = (*_SHARDING_SAVED, *_POSITION_SAVED.values(), *_OWN_SAVED)
+"""The saved keys, in the order they are written (after ``format`` and ``version``)."""
 
 
 def check_resumable(state: Any, here: ShardingInfo, dataset: Any = None) -> LoaderState:

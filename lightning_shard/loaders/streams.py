@@ -160,7 +160,9 @@ class StreamRun:
     # -- position ---------------------------------------------------------------------------------
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Record the per-process ends of a saved state (``{"streams": [...]}``, as ``state_dict`` writes it;
-        one of another number of processes records none); the next ``begin`` applies them."""
+        one of another number of processes records none); the next ``begin`` applies them mid-epoch only.
+
+        With ``state_dict()``, torchdata's ``Stateful`` protocol: a run's own state loads back unchanged."""
         ends = [entry["ended_at"] for entry in state.get("streams") or []]
         self._pending = ends if len(ends) == self.num_processes else None
 
@@ -170,13 +172,20 @@ class StreamRun:
         self.ended_at = pending if pending is not None and start else [None] * self.num_processes
         self._skip = start if self.resumable else 0
 
-    def state_dict(self, steps: int) -> dict[str, Any]:
-        """Every process's position at ``steps`` consumed steps, ``{"streams": [{"ended_at": step}, ...]}``
-        (``None`` for a stream the loader does not resume itself)."""
+    def state_dict(self, steps: int | None = None) -> dict[str, Any]:
+        """Every process's position, ``{"streams": [{"ended_at": step}, ...]}`` (``None`` for a stream the
+        loader does not resume itself).
+
+        Args:
+            steps: the steps consumed in the epoch, when the caller knows them (the loader does): at 0, an
+                epoch's start, no process has ended. ``None``: the ends as recorded (a pending restore's,
+                else the epoch's so far), which ``begin`` applies only to a start mid-epoch.
+        """
         if not self.resumable:
             return {"streams": None}
         ended = self._pending if self._pending is not None else self.ended_at
-        return {"streams": [{"ended_at": end if steps else None} for end in ended]}
+        at_start = steps == 0
+        return {"streams": [{"ended_at": None if at_start else end} for end in ended]}
 
     # -- one epoch --------------------------------------------------------------------------------
     def batches(

@@ -24,8 +24,10 @@ def check_even_batches(value: Any) -> EvenBatches:
     Raises:
         TypeError: on anything else (a string such as ``"false"`` would silently mean ``True``).
     """
-    if isinstance(value, bool) or value == BALANCED:
-        return value  # type: ignore[no-any-return]
+    if isinstance(value, bool):
+        return value
+    if value == BALANCED:
+        return "balanced"
     raise TypeError(
         f"`even_batches` must be True, False or 'balanced', got {value!r} ({type(value).__name__}). Pass "
         "`even_batches=True` (pad the last step), `False` (no padding) or `'balanced'` (split the last step)."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Sized
+from collections.abc import Iterable, Iterator, Sequence, Sized
 from typing import Any
 
 import torch
@@ -236,7 +236,7 @@ class BatchSamplerShard(BatchSampler):
             lo, hi = chunk(len(held), self.num_processes, self.process_index)
             yield list(held[lo:hi])
 
-    def _split_short(self, batch: Sized, position: int) -> list[int]:
+    def _split_short(self, batch: Sequence[int], position: int) -> list[int]:
         """This process's part of a short batch that is not the epoch's last: every sample once."""
         if len(batch) < self.num_processes:
             raise ValueError(
@@ -246,7 +246,7 @@ class BatchSamplerShard(BatchSampler):
                 "(e.g. merge a bucket's short last batch into the next), or use `split_batches=False`."
             )
         lo, hi = chunk(len(batch), self.num_processes, self.process_index)
-        return list(batch[lo:hi])  # type: ignore[index]
+        return list(batch[lo:hi])
 
     def _iter_whole(self, batches: Iterable[Any]) -> Iterator[list[int]]:
         """Batch ``r`` of every round of ``N``; a round that ends with a short batch (a bucketing sampler's)

@@ -150,7 +150,7 @@ class ShardLayout:
 
 def _draw_random(sampler: RandomSampler) -> torch.Tensor:
     """Draw exactly what ``RandomSampler.__iter__`` draws, from the same generator state."""
-    n = len(sampler.data_source)  # type: ignore[arg-type]
+    n = len(sampler.data_source)
     if isinstance(sampler, SeedableRandomSampler):
         return torch.randperm(n, generator=sampler.reseed())
     if sampler.generator is None:
@@ -165,7 +165,7 @@ def _finish_random(sampler: RandomSampler) -> None:
         isinstance(sampler, SeedableRandomSampler) and sampler.owns_generator
     )
     if visible:
-        torch.randperm(len(sampler.data_source), generator=sampler.generator)  # type: ignore[arg-type]
+        torch.randperm(len(sampler.data_source), generator=sampler.generator)
 
 
 @dataclass(frozen=True)

@@ -93,10 +93,10 @@ class ScalableRandomSampler(SeedableRandomSampler):
 
     def order(self) -> KeyedPermutation:
         """The permutation of the current epoch, to evaluate at positions."""
-        return KeyedPermutation(len(self.data_source), self.initial_seed, self.epoch)  # type: ignore[arg-type]
+        return KeyedPermutation(len(self.data_source), self.initial_seed, self.epoch)
 
     def __iter__(self) -> Iterator[int]:
-        order, length = self.order(), len(self.data_source)  # type: ignore[arg-type]
+        order, length = self.order(), len(self.data_source)
         for start in range(0, length, _CHUNK_POSITIONS):
             yield from order.at(torch.arange(start, min(start + _CHUNK_POSITIONS, length))).tolist()
 

@@ -99,7 +99,7 @@ def test_no_hand_written_copy_of_the_table() -> None:
         )
 
 
-def test_from_kwargs_takes_only_option_names() -> None:
-    options = ShardOptions.from_kwargs({"split_batches": True, "self": object(), "kwargs": {}})
+def test_pick_takes_the_option_names_and_leaves_the_other_keys() -> None:
+    options = ShardOptions.pick({"split_batches": True, "self": object(), "kwargs": {}})
     assert options == ShardOptions(split_batches=True)
-    assert StrategyOptions.from_kwargs({"audit": True, "split_batches": True}) == StrategyOptions(audit=True)
+    assert StrategyOptions.pick({"audit": True, "split_batches": True}) == StrategyOptions(audit=True)

@@ -22,7 +22,7 @@ def _shard(length: int, batch_size: int, num_processes: int = 1, **kwargs: Any) 
 def test_the_tap_pairs_each_consumed_batch_with_its_indices_despite_read_ahead() -> None:
     shard = _shard(40, 3, shuffle=True, num_workers=2)
     tap = IndexTap()
-    shard.cursor.observer = tap
+    shard.index_observer = tap
     read_ahead = 0
     for batch in shard:
         read_ahead = max(read_ahead, len(tap.pending))
@@ -34,7 +34,7 @@ def test_the_tap_pairs_each_consumed_batch_with_its_indices_despite_read_ahead()
 def test_the_tap_forgets_what_an_abandoned_iteration_read_ahead() -> None:
     shard = _shard(40, 3)
     tap = IndexTap()
-    shard.cursor.observer = tap
+    shard.index_observer = tap
     iterator = iter(shard)
     next(iterator)
     tap.take()
@@ -42,6 +42,20 @@ def test_the_tap_forgets_what_an_abandoned_iteration_read_ahead() -> None:
     shard.set_epoch(1)
     first = next(iter(shard))
     assert tap.take() == [first["id"].tolist()]
+
+
+def test_the_loader_says_what_observes_its_indices_and_refuses_an_iterable_dataset() -> None:
+    shard = _shard(10, 2)
+    assert shard.index_observer is None
+    tap = IndexTap()
+    shard.index_observer = tap
+    assert shard.index_observer is tap and shard.cursor is not None and shard.cursor.observer is tap
+    stream = prepare_data_loader(
+        DataLoader(SizedRecordStream(10), batch_size=2), num_processes=1, process_index=0
+    )
+    assert stream.index_observer is None
+    with pytest.raises(ValueError, match="is iterable, so its batches have no indices to observe"):
+        stream.index_observer = tap
 
 
 def test_a_dispatcher_takes_a_whole_global_batch_per_step() -> None:

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from lightning.pytorch.plugins import MixedPrecision
 from lightning.pytorch.strategies import StrategyRegistry
+from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from torch.utils.data import DataLoader
 
@@ -45,7 +46,7 @@ from lightning_shard.lightning.schedulers import (
     wrap_schedulers,
 )
 from lightning_shard.lightning.sharding import StrategySharding
-from lightning_shard.lightning.stages import stage_defaults
+from lightning_shard.lightning.stages import STAGES, running_loaders, stage_defaults, stage_key
 from lightning_shard.lightning.torchrun import agent_arguments, node_range, store_sharing_problem
 from lightning_shard.loaders.position import ResumeHook
 from lightning_shard.loaders.state import encode_generator_state
@@ -113,6 +114,15 @@ def test_the_adapter_modules_import_no_circle() -> None:
         return seen
 
     assert [module for module in imports if module in reaches(module, set())] == []
+
+
+def test_every_running_stage_has_an_options_key_and_the_trainer_its_loaders() -> None:
+    trainer = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    assert running_loaders(trainer) == [] and stage_key(None) == "train"
+    for stage in RunningStage:
+        assert stage_key(stage) in STAGES
+        trainer.state.stage = stage
+        assert running_loaders(trainer) == [], "no loader is set up before a run"
 
 
 def test_bad_options_are_refused() -> None:

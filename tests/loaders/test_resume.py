@@ -170,6 +170,20 @@ def test_state_dict_is_plain_versioned_json() -> None:
         assert state["mode"] == ("dispatch" if case.options.get("dispatch_batches") else "shard")
 
 
+def test_state_at_is_the_state_dict_at_those_steps_before_it_becomes_plain_data() -> None:
+    for case in [SAME_SIZE_CASES[0], DISPATCH_ONE_PROCESS_CASES[0]]:
+        loader = stopped(case, 1, 0, 0, 3)
+        for steps in (0, 1, 3):
+            assert loader.state_at(steps).to_dict() == loader.state_dict(steps)
+    # NOTE: after a resume onto another number of processes, `consumed` counts the steps taken before it.
+    state = stopped(SAME_SIZE_CASES[0], 2, 0, 0, 2).state_dict()
+    after = resumed(SAME_SIZE_CASES[0], 1, 0, state)
+    consumed = state["consumed"]
+    assert after.state_at(2).consumed == consumed and after.state_at(3).consumed == consumed + 1
+    with pytest.raises(ValueError, match="below the 2 steps this epoch took before it was resumed"):
+        after.state_at(1)
+
+
 # -- map-style skips never load -----------------------------------------------------------------------
 def _dataset(loader: Any) -> FormMap:
     return loader.dataset
@@ -387,6 +401,13 @@ def test_a_state_parses_and_writes_back_the_same_flat_dict() -> None:
         state = stopped(case, 1, 0, 0, 2).state_dict()
         again = LoaderState.from_dict(state).to_dict()
         assert again == state and list(again) == list(state)
+        # NOTE: the keys come from the fields of `ShardingInfo`, `Position` and `LoaderState`; these are the
+        # format's (version 2), so a new field of theirs must not change it unnoticed.
+        assert set(state) == {
+            *("format", "version", "mode", "num_processes", "split_batches", "even_batches", "drop_last"),
+            *("batch_size", "dataset_length", "sampler", "epoch", "steps", "base", "base_steps"),
+            *("generator_state", "sampler_seed", "num_workers", "consumed", "world_size", "streams"),
+        }
 
 
 def test_a_version_1_state_loads_and_is_the_pending_position() -> None:

@@ -19,8 +19,10 @@ import torch
 import torch.distributed as dist
 from accelerate.data_loader import IterableDatasetShard as ReferenceShard
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import Stateful
 
 from lightning_shard import WorkerCountWarning, prepare_data_loader
+from lightning_shard.loaders.streams import PAD, StreamRun
 from tests.helpers.datasets import IdShardsStream, IdStream, RankSplitIdStream, id_shards
 from tests.helpers.dist import progress, run_distributed
 from tests.helpers.hf import hf_id_stream
@@ -276,3 +278,17 @@ def test_a_native_stream_resumed_under_another_worker_count_finishes_the_epoch_e
         assert run["third"] == run["whole"][6:], "a state saved in the bridged epoch continues it too"
         assert run["following"] == run["fresh"], "the next epoch is read with the loader's own count"
     assert first["following"] != first["whole"], "the two worker counts read the share in different orders"
+
+
+def test_a_stream_run_is_stateful_as_torchdata_means_it() -> None:
+    run: Stateful = StreamRun(PAD, 2, 0, resumable=True)
+    assert isinstance(run, Stateful)
+    assert run.state_dict() == {"streams": [{"ended_at": None}, {"ended_at": None}]}
+    saved = {"streams": [{"ended_at": 3}, {"ended_at": None}]}
+    run.load_state_dict(saved)
+    assert run.state_dict() == saved, "a state loads back unchanged"
+    assert isinstance(run, StreamRun) and run.state_dict(5) == saved
+    assert run.state_dict(0) == {"streams": [{"ended_at": None}, {"ended_at": None}]}, (
+        "none ended at the start"
+    )
+    assert StreamRun(PAD, 2, 0, resumable=False).state_dict() == {"streams": None}
