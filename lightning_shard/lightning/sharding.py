@@ -198,8 +198,8 @@ class StrategySharding:
         """A batch of loader ``dataloader_idx`` is about to be processed (moved to the device)."""
         self._dataloader_idx = dataloader_idx
         # NOTE: once per consumed batch, after Lightning's read-ahead (see `lightning/stream_evaluation.py`).
-        stream = getattr(self.current_loader(), "stream", None)
-        self._stream_padding = 0 if stream is None else stream.take_padding()
+        loader = self.current_loader()
+        self._stream_padding = 0 if loader is None or loader.stream is None else loader.stream.take_padding()
 
     def on_train_start(self, configs: list[LRSchedulerConfig]) -> None:
         """Log the plan of the fit and warn about step schedules that end early."""

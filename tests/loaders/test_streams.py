@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import Stateful
 
 from lightning_shard import WorkerCountWarning, prepare_data_loader
-from lightning_shard.loaders.streams import PAD, StreamRun
+from lightning_shard.loaders.streams import PAD, SAME, StreamRun
 from tests.helpers.datasets import IdShardsStream, IdStream, RankSplitIdStream, id_shards
 from tests.helpers.dist import progress, run_distributed
 from tests.helpers.hf import hf_id_stream
@@ -291,4 +291,4 @@ def test_a_stream_run_is_stateful_as_torchdata_means_it() -> None:
     assert run.state_dict(0) == {"streams": [{"ended_at": None}, {"ended_at": None}]}, (
         "none ended at the start"
     )
-    assert StreamRun(PAD, 2, 0, resumable=False).state_dict() == {"streams": None}
+    assert StreamRun(SAME, 2, 0, resumable=False).state_dict() == {"streams": None}
