@@ -87,18 +87,20 @@ class AuditReport:
             f"{self.duplicates} duplicates ({self.allowed_padding} allowed as padding), "
             f"{self.missing} missing ({self.allowed_missing} allowed by drop_last)"
         )
-        if self.ok:
-            return f"{counts}: OK"
-        problems = []
-        if self.excess_duplicates:
-            problems.append(
-                f"{self.excess_duplicates} duplicates beyond the padding (e.g. {_listed(self.duplicate_examples)})"
-            )
-        if self.excess_missing:
-            problems.append(f"{self.excess_missing} missing samples (e.g. {_listed(self.missing_examples)})")
-        return f"{counts}: PROBLEM: {'; '.join(problems)}"
+        problems = self.problems()
+        return f"{counts}: {'PROBLEM: ' + '; '.join(problems) if problems else 'OK'}"
 
     __str__ = summary
+
+    def problems(self, check_missing: bool = True) -> list[str]:
+        """The excess duplicates and (with ``check_missing``) excess missing samples, with example indices."""
+        problems = []
+        if self.excess_duplicates:
+            examples = _listed(self.duplicate_examples)
+            problems.append(f"{self.excess_duplicates} duplicates beyond the padding (e.g. {examples})")
+        if check_missing and self.excess_missing:
+            problems.append(f"{self.excess_missing} missing samples (e.g. {_listed(self.missing_examples)})")
+        return problems
 
     def raise_on_problem(self) -> None:
         """Raise ``RuntimeError`` with the summary and the usual causes, unless the report is OK."""
@@ -318,7 +320,7 @@ def expected_padding_and_missing(
     if dispatch:
         # NOTE: process 0 completes the last global batch to a multiple of N rows only.
         return -rest % num_processes, 0
-    if is_balanced(even_batches, dataset_length, num_processes) and not dispatch:
+    if is_balanced(even_batches, dataset_length, num_processes):
         return 0, 0
     return (step - rest if even_batches else 0), 0
 

@@ -51,9 +51,8 @@ class Topology:
     def covers_world(self) -> bool:
         """Whether every rank of the running process group iterates these loaders (so world-wide
         collectives inside the loader reach exactly its members)."""
-        if self.rank_indices is not None:
-            return len(self.rank_indices) == world_size()
-        return self.num_processes == world_size()
+        ranks = self.num_processes if self.rank_indices is None else len(self.rank_indices)
+        return ranks == world_size()
 
 
 def mesh_topology(mesh: Any) -> Topology:

@@ -87,7 +87,7 @@ class EpochAudit:
         )
         if self.recorded_before:
             counts += f", {self.recorded_before} of the records from before the resume"
-        problems = self._problems()
+        problems = self.report.problems(check_missing=self.complete)
         return f"{counts}: {'PROBLEM: ' + '; '.join(problems) if problems else 'OK'}"
 
     def _missing_allowed(self) -> str:
@@ -96,16 +96,6 @@ class EpochAudit:
         allowed = f"{self.report.allowed_missing} allowed"
         unrecorded = self.resumed_after and not self.recorded_before
         return f"{allowed}, {self.resumed_after} consumed before the resume" if unrecorded else allowed
-
-    def _problems(self) -> list[str]:
-        report, problems = self.report, []
-        if report.excess_duplicates:
-            examples = _listed(report.duplicate_examples)
-            problems.append(f"{report.excess_duplicates} duplicates beyond the padding (e.g. {examples})")
-        if self.complete and report.excess_missing:
-            examples = _listed(report.missing_examples)
-            problems.append(f"{report.excess_missing} missing samples (e.g. {examples})")
-        return problems
 
     def raise_on_problem(self) -> None:
         """Raise ``RuntimeError`` with the summary and the usual causes, unless the epoch is OK."""
@@ -118,10 +108,6 @@ class EpochAudit:
             "`ShardStrategy` loaders that read the whole dataset in the same order on every process, or set "
             "`audit_raise=False` to only log the audit."
         )
-
-
-def _listed(indices: tuple[int, ...]) -> str:
-    return ", ".join(map(str, indices)) or "-"
 
 
 class ShardAuditCallback(Callback):

@@ -86,18 +86,10 @@ def prepare_for_stage(
     dataloader: DataLoader, options: ShardOptions, topology: Topology, stage: str, device: torch.device
 ) -> DataLoader:
     """``dataloader`` sharded with ``options`` for ``stage``."""
-    if stage == "predict":
-        return _prepare_predict(dataloader, options, topology, device)
-    return prepare_with_options(dataloader, options, topology, device=device)
-
-
-def _prepare_predict(
-    dataloader: DataLoader, options: ShardOptions, topology: Topology, device: torch.device
-) -> DataLoader:
-    if isinstance(dataloader.dataset, IterableDataset):
+    if stage == "predict" and isinstance(dataloader.dataset, IterableDataset):
         # NOTE: no end agreement: each process predicts its whole part of the stream, once.
         return prepare_with_options(dataloader, options, topology, device=device, uneven_streams=OWN)
-    inner = unwrap_index_batch_sampler(dataloader.batch_sampler)
+    inner = unwrap_index_batch_sampler(dataloader.batch_sampler) if stage == "predict" else None
     if inner is None:
         return prepare_with_options(dataloader, options, topology, device=device)
     plain = DataLoader(dataloader.dataset, batch_sampler=inner, **loader_settings(dataloader))

@@ -135,12 +135,10 @@ class IterableDatasetShard(IterableDataset):
                 current = []
         if self.drop_last or not current or step < skip_steps:
             return
-        if not self.even_batches:
-            yield from current[lo:hi]
-            return
-        pool = first if first is not None else list(current)
-        while len(current) < size:
-            current += pool
+        if self.even_batches:
+            pool = first if first is not None else list(current)
+            while len(current) < size:
+                current += pool
         yield from current[lo:hi]
 
 

@@ -112,9 +112,8 @@ def choose_stream_sharding(
 
 def say_fallback(sharding: StreamSharding, num_processes: int, process_index: int) -> None:
     """Tell the user once, on rank 0, why ``"auto"`` strides the stream (every process reads all of it)."""
-    if process_index != 0 or num_processes == 1 or sharding.kind != STRIDED_STREAM:
-        return
-    if sharding.reason.startswith("`iterable_sharding"):
+    asked = sharding.reason.startswith("`iterable_sharding")
+    if process_index != 0 or num_processes == 1 or sharding.kind != STRIDED_STREAM or asked:
         return
     # NOTE: the warnings module shows each distinct message once per process, so no registry of our own.
     warnings.warn(
@@ -282,8 +281,7 @@ class SizedWorkerSplitStream(WorkerSplitStream):
 def split_among_workers(dataset: Any, num_workers: int) -> Any:
     """``dataset`` as one process's workers should read it whole: split by ``shard()`` when it is natively
     shardable and does not split itself among workers, so no worker reads what another does."""
-    if num_workers <= 1 or splits_by_rank(dataset) is not None or is_hugging_face(dataset):
-        return dataset
-    if _cannot_shard(dataset, 1) is not None:
+    splits_itself = splits_by_rank(dataset) is not None or is_hugging_face(dataset)
+    if num_workers <= 1 or splits_itself or _cannot_shard(dataset, 1) is not None:
         return dataset
     return SizedWorkerSplitStream(dataset) if hasattr(dataset, "__len__") else WorkerSplitStream(dataset)
