@@ -53,8 +53,9 @@ test: $(STAMP)
 	# NOTE: not --quiet: it hides the warnings that --strict turns into errors, and the build passes.
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 	# NOTE: two pytest workers, a test file each at a time (module fixtures run once): most tests wait on the
-	# processes they start, so two files overlap on 2 cores (11 min one after the other, docs/development.md).
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile
+	# processes they start, so two files overlap on 2 cores (docs/development.md). The longest files first
+	# (tests/conftest.py), not xdist's order by number of tests, so that the two workers end together.
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # NOTE: every cell of tests/matrix/cells.py (about half an hour on 2 cores, mostly the ModelParallel cells);
 # the records stay in build/matrix, the summary is what benchmarks/RELIABILITY.md records. The known

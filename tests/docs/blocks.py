@@ -23,6 +23,12 @@ README = ROOT / "README.md"
 _FENCE = re.compile(r'^(?P<indent>\s*)```python(?:\s+title="(?P<title>[^"]+)")?\s*$')
 _OUTPUT = re.compile(r'^(?P<indent>\s*)```text\s+title="output(?: of (?P<title>[^"]+))?"\s*$')
 NOT_RUN = "# not run:"
+BROUGHT = frozenset({"lightning_shard", "torch", "lightning", "torchdata", "typing_extensions"})
+"""What ``pip install lightning_shard`` installs (and their own dependencies the pages use)."""
+OPT_IN = frozenset({"ray"})
+"""Packages a page names that ``make test`` does not install: Ray is heavy, so the blocks that need it are
+``# not run`` (the multi-machine page's Ray Train section) and ``make test-ray`` runs their script."""
+_PACKAGES = re.compile(r"^\*\*Packages\*\*: (.+)$", re.M)
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,19 @@ def _fenced(page: Path, opening: re.Pattern[str]) -> list[Block]:
 def pages() -> list[Path]:
     """Every documentation page with at least one Python block, and the README."""
     return [page for page in [*sorted(DOCS.rglob("*.md")), README] if blocks(page)]
+
+
+def declared(text: str) -> set[str] | None:
+    """The packages a page's ``**Packages**:`` line names (``None``: it has none)."""
+    line = _PACKAGES.search(text)
+    return set(re.findall(r"`([\w-]+)`", line[1])) if line else None
+
+
+def extras(page: Path) -> frozenset[str]:
+    """What ``page``'s examples run with beyond ``lightning_shard``: the packages its ``**Packages**:`` line
+    names, less what ``lightning_shard`` brings and the opt-in ones (nothing, for a page without the line:
+    its examples must run on the wheel alone)."""
+    return frozenset((declared(page.read_text()) or set()) - BROUGHT - OPT_IN)
 
 
 def page_id(page: Path) -> str:

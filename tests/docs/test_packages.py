@@ -10,18 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.blocks import DOCS, blocks, files, page_id, pages
+from tests.docs.blocks import BROUGHT, DOCS, OPT_IN, blocks, declared, extras, files, page_id, pages
 
-BROUGHT = {"lightning_shard", "torch", "lightning", "torchdata", "typing_extensions"}
-"""What ``pip install lightning_shard`` installs (and their own dependencies the pages use)."""
 EXAMPLE_PAGES = [DOCS / "quickstart.md", *sorted((DOCS / "guides").glob("*.md"))]
-_PACKAGES = re.compile(r"^\*\*Packages\*\*: (.+)$", re.M)
-
-
-def declared(text: str) -> set[str] | None:
-    """The packages the page's ``**Packages**:`` line names (``None``: it has none)."""
-    line = _PACKAGES.search(text)
-    return set(re.findall(r"`([\w-]+)`", line[1])) if line else None
 
 
 def imported(page: Path) -> set[str]:
@@ -49,3 +40,19 @@ def test_an_undeclared_import_is_found() -> None:
         "datasets",
     }
     assert imported(DOCS / "guides" / "streaming.md") - BROUGHT == {"datasets", "litdata"}
+
+
+def test_the_examples_environment_holds_the_declared_packages_less_the_opt_in_ones() -> None:
+    """What ``tests/docs/test_docs_examples.py`` installs beside the wheel for each page."""
+    assert extras(DOCS / "guides" / "streaming.md") == {"datasets", "litdata"}
+    assert extras(DOCS / "guides" / "evaluation.md") == {"torchmetrics"}
+    assert extras(DOCS / "quickstart.md") == extras(DOCS / "guides" / "multi-machine.md") == set()
+    assert extras(DOCS.parent / "README.md") == set()
+
+
+def test_only_blocks_that_are_not_run_import_an_opt_in_package() -> None:
+    """An opt-in package (Ray) is not in a page's environment: a block that runs cannot import it."""
+    for page in pages():
+        for block in (block for block in blocks(page) if block.runs):
+            modules = set(re.findall(r"^\s*(?:from|import) (\w+)", block.code, re.M))
+            assert not modules & OPT_IN, f"{page_id(page)}:{block.line} imports {sorted(modules & OPT_IN)}"

@@ -178,6 +178,12 @@ SCENARIOS: dict[str, Callable[[int], Any]] = {
 
 def scenarios(rank: int, world_size: int) -> dict[str, Any]:
     """Every scenario in turn, each reported when it ends (the bound restarts)."""
+    # NOTE: a loader without workers that loads a state saved with 2 (`workers_2_to_0`) reads the rest of
+    # the epoch with 2 workers, started by the default method, which a rank inherits from the fork server
+    # that started it: a fork server of the rank's own then starts them, each importing torch anew (most
+    # of this module's time, idle, before this line). A script run as `python train.py` on Linux forks
+    # them, as this module's own loaders do (`_loader`).
+    torch.multiprocessing.set_start_method("fork", force=True)
     results = {}
     for name, scenario in SCENARIOS.items():
         results[name] = scenario(rank)

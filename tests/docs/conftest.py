@@ -1,0 +1,20 @@
+"""The fresh environments the documentation's examples run in (``tests/docs/environments.py``)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.docs.environments import Environments
+
+
+@pytest.fixture(scope="session")
+def environments(tmp_path_factory: pytest.TempPathFactory) -> Environments:
+    """The page environments, shared by the pytest-xdist workers of this run (built once)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # NOTE: each worker's base is a directory of the run's own
+    root = shared / "docs-environments"
+    root.mkdir(exist_ok=True)
+    return Environments(root)
