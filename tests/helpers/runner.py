@@ -9,6 +9,7 @@ every process the launch started is killed, in whatever session it ended up (``t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -104,6 +105,11 @@ def finish(command: list[str], timeout: float, cwd: Path = ROOT) -> tuple[int, s
         # NOTE: the output pipe closes when the last process holding it (every rank) has exited.
         output = _Lines(process.stdout)
         ended = output.wait(timeout)
+        if ended:
+            # NOTE: a command may close its output before it exits (GNU `cp` does, at exit): let it finish
+            # before what is left is killed, or its exit status becomes -9 (seen under load).
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=timeout)
     finally:
         kill_all(process.pid, mark)
     text = output.text()
