@@ -18,7 +18,7 @@ from lightning_shard.comm.collectives import communication_device, is_distribute
 from lightning_shard.comm.topology import Topology, resolve_topology
 from lightning_shard.comm.tree import batch_length, concatenate, same_layout, send_to_device, slice_batch
 from lightning_shard.comm.wire import Channel, Status
-from lightning_shard.loaders.base import LoaderSource, ResumableLoader
+from lightning_shard.loaders.base import LoaderSource, ResumableLoader, marked_last
 from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.resumable import Resumption
@@ -27,8 +27,6 @@ from lightning_shard.loaders.state import decode_generator_state
 from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader
 from lightning_shard.sampling.balance import chunk
 from lightning_shard.sampling.own_sampler import generator_of
-
-_END = object()
 
 
 class DataLoaderDispatcher(ResumableLoader):
@@ -202,18 +200,16 @@ class DataLoaderDispatcher(ResumableLoader):
 
     def _global_slices(self) -> Iterator[tuple[list[Any], bool]]:
         """Each global batch cut into ``N`` slices, and whether it is the epoch's last."""
-        groups = self._global_batches()
-        first: Any = next(groups, _END)
-        current = first
-        # NOTE: a resumed epoch reads its head only if the last global batch needs padding.
-        head = None if current is _END or self._resume_batches else self._head_of(current)
-        while current is not _END:
-            following = next(groups, _END)
-            last = following is _END
+        first: list[Any] | None = None
+        head = None
+        for current, last in marked_last(self._global_batches()):
+            if first is None:
+                first = current
+                # NOTE: a resumed epoch reads its head only if the last global batch needs padding.
+                head = None if self._resume_batches else self._head_of(current)
             if last and head is None and self._needs_padding(current):
                 head = self._resumed_head(first)
             yield self._cut(current, last, head), last
-            current = following
 
     def _global_batches(self) -> Iterator[list[Any]]:
         """The batches of the user's loader that form each global batch (``N``, or 1 with ``split_batches``)."""
