@@ -201,15 +201,9 @@ class DataLoaderDispatcher(ResumableLoader):
     def _global_slices(self) -> Iterator[tuple[list[Any], bool]]:
         """Each global batch cut into ``N`` slices, and whether it is the epoch's last."""
         first: list[Any] | None = None
-        head = None
         for current, last in marked_last(self._global_batches()):
-            if first is None:
-                first = current
-                # NOTE: a resumed epoch reads its head only if the last global batch needs padding.
-                head = None if self._resume_batches else self._head_of(current)
-            if last and head is None and self._needs_padding(current):
-                head = self._resumed_head(first)
-            yield self._cut(current, last, head), last
+            first = first or current
+            yield self._cut(current, last, first), last
 
     def _global_batches(self) -> Iterator[list[Any]]:
         """The batches of the user's loader that form each global batch (``N``, or 1 with ``split_batches``)."""
@@ -224,29 +218,28 @@ class DataLoaderDispatcher(ResumableLoader):
                 return
             yield batches
 
-    def _head_of(self, batches: list[Any]) -> Any:
-        """The first ``N`` rows of the epoch (of ``batches``), to complete an incomplete last global batch."""
+    def _needs_padding(self, batches: list[Any]) -> bool:
+        rows = sum(batch_length(batch) for batch in batches)
+        return not _user_drop_last(self) and rows % self.num_processes != 0
+
+    def _head(self, first: list[Any]) -> Any:
+        """The first ``N`` rows of the epoch, to complete an incomplete last global batch: read only then,
+        from the batches a resumed epoch skipped, then its ``first`` global batch if they have too few."""
         n = self.num_processes
+        batches = self._skipped_batches()
+        if sum(batch_length(batch) for batch in batches) < n:
+            batches = [*batches, *first]
         enough = self.slice_fn is slice_batch and batch_length(batches[0]) >= n
         return self.slice_fn(
             _joined(batches[:1] if enough else batches), slice(0, n), process_index=0, num_processes=n
         )
 
-    def _needs_padding(self, batches: list[Any]) -> bool:
-        rows = sum(batch_length(batch) for batch in batches)
-        return not _user_drop_last(self) and rows % self.num_processes != 0
-
-    def _resumed_head(self, first: list[Any]) -> Any:
-        """On a resumed epoch, the head of the epoch: its skipped batches, then ``first`` if too few rows."""
-        batches = self._skipped_head if self.cursor is None else self._load_epoch_start()
-        if sum(batch_length(batch) for batch in batches) < self.num_processes:
-            batches = [*batches, *first]
-        return self._head_of(batches)
-
-    def _load_epoch_start(self) -> list[Any]:
-        """The epoch's skipped batches holding its first ``N`` rows, read by index; the order is kept."""
+    def _skipped_batches(self) -> list[Any]:
+        """The epoch's skipped batches holding its first ``N`` rows, in order (none in a fresh epoch): kept
+        when iterable data skipped them, read by index for map-style data."""
         cursor = self.cursor
-        assert cursor is not None  # NOTE: only called for map-style data, which always has one.
+        if cursor is None or not self._resume_batches:
+            return self._skipped_head
         generator, at_start = self.resumption.source.generator(), self.resumption.position.generator_state
         now = generator.get_state() if generator is not None else None
         if generator is not None and at_start is not None:
@@ -267,14 +260,14 @@ class DataLoaderDispatcher(ResumableLoader):
         samples = getitems(indices) if callable(getitems) else [self.dataset[index] for index in indices]
         return self.collate_fn(samples)
 
-    def _cut(self, batches: list[Any], last: bool, head: Any) -> list[Any]:
+    def _cut(self, batches: list[Any], last: bool, first: list[Any]) -> list[Any]:
         if self._slices_are_batches(batches):
             return batches
         batch = _joined(batches)
         rows, n = batch_length(batch), self.num_processes
         per = rows // n
         if last and self._needs_padding(batches):
-            batch, per = self._padded(batch, head), per + 1
+            batch, per = self._padded(batch, self._head(first)), per + 1
         elif rows % n:
             return self._cut_unevenly(batch, rows)
         return [
