@@ -261,25 +261,17 @@ class DataLoaderDispatcher(ResumableLoader):
         return self.collate_fn(samples)
 
     def _cut(self, batches: list[Any], last: bool, first: list[Any]) -> list[Any]:
-        if self._slices_are_batches(batches):
+        """The ``N`` slices of a global batch: an incomplete last one is completed with the epoch's head; one
+        before it whose rows ``N`` does not divide (a bucketing sampler's short batch) is cut into parts
+        differing by at most one row, every row once."""
+        # NOTE: ``N`` batches of one layout are the slices of their concatenation: no need to join them.
+        if self.slice_fn is slice_batch and len(batches) == self.num_processes > 1 and same_layout(batches):
             return batches
         batch = _joined(batches)
         rows, n = batch_length(batch), self.num_processes
-        per = rows // n
         if last and self._needs_padding(batches):
-            batch, per = self._padded(batch, self._head(first)), per + 1
-        elif rows % n:
-            return self._cut_unevenly(batch, rows)
-        return [
-            self.slice_fn(batch, slice(r * per, (r + 1) * per), process_index=r, num_processes=n)
-            for r in range(n)
-        ]
-
-    def _cut_unevenly(self, batch: Any, rows: int) -> list[Any]:
-        """A global batch before the epoch's last whose rows ``N`` does not divide (a bucketing sampler's
-        short batch): parts differing by at most one row, every row once."""
-        n = self.num_processes
-        if rows < n:
+            batch, rows = self._padded(batch, self._head(first)), (rows // n + 1) * n
+        elif 0 < rows < n:
             raise ValueError(
                 f"`dispatch_batches=True`: a global batch before the epoch's last has {rows} rows, fewer than "
                 f"the {n} processes, so some would get none and the step could not be taken together. Have "
@@ -290,12 +282,6 @@ class DataLoaderDispatcher(ResumableLoader):
             self.slice_fn(batch, slice(*chunk(rows, n, r)), process_index=r, num_processes=n)
             for r in range(n)
         ]
-
-    def _slices_are_batches(self, batches: list[Any]) -> bool:
-        """Whether ``N`` batches of one layout are the slices of their concatenation (no need to join)."""
-        if self.slice_fn is not slice_batch or len(batches) != self.num_processes or len(batches) == 1:
-            return False
-        return same_layout(batches)
 
     def _padded(self, batch: Any, head: Any) -> Any:
         try:
