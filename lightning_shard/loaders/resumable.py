@@ -84,11 +84,8 @@ class Resumption:
     def length(self) -> int:
         """Steps of the epoch in progress (or the next), counting those taken before a resume."""
         pending, position = self.pending, self.position
-        if pending is not None:
-            return pending.base_steps + self.source.length_after(pending.base)
-        if position.in_epoch:
-            return position.base_steps + self.source.length_after(position.base)
-        return self.source.length_after(0)
+        at = pending if pending is not None else position if position.in_epoch else Position()
+        return at.base_steps + self.source.length_after(at.base)
 
     def skip(self, steps: int, epoch: int | None = None) -> None:
         """Skip ``steps`` steps of ``epoch`` (default: the epoch the next ``iter()`` covers) by index."""
@@ -202,7 +199,12 @@ class Resumption:
         hook = self.resume_hook
         consumed = hook.consumed() if steps is None and hook is not None else None
         if consumed is not None and consumed.epoch_finished:
-            return self._next_epoch_state(consumed.next_epoch)
+            # NOTE: an uninterrupted run starts the next epoch from the generator as the last one left it. A
+            # loader whose iterator ran to its end has already moved on to the next epoch.
+            epoch = consumed.next_epoch
+            if epoch is None:
+                epoch = self.epoch + 1 if self.position.in_epoch else self.epoch
+            return self.state_at(self._fresh(epoch), 0).to_dict()
         if consumed is not None:
             steps = consumed.steps
         return self.state_at(self.snapshot(), steps).to_dict()
@@ -224,15 +226,6 @@ class Resumption:
             world_size=world_size() if is_distributed() else None,
             streams=None if self.stream is None else self.stream.state_dict(steps)["streams"],
         )
-
-    def _next_epoch_state(self, epoch: int | None = None) -> dict[str, Any]:
-        """The state at the start of the epoch after the current one (or ``epoch``), from the generator as
-        it is now."""
-        # NOTE: an uninterrupted run starts the next epoch from the generator as the last one left it. A
-        # loader whose iterator ran to its end has already moved on to the next epoch.
-        if epoch is None:
-            epoch = self.epoch + 1 if self.position.in_epoch else self.epoch
-        return self.state_at(self._fresh(epoch), 0).to_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Check ``state_dict`` (``check_resumable``) and record it for the next ``iter()``."""
