@@ -49,9 +49,7 @@ class ResumableLoader(DataLoader):
         of ``pathlib.Path()`` (a ``PosixPath``); Python then runs ``__init__`` on it as usual. This is the
         one place the flag picks a class (``prepare_data_loader`` passes it on, as a user does).
         """
-        if _asks_stateful(cls, args, kwargs):
-            return super().__new__(stateful_loader_class(cls))
-        return super().__new__(cls)
+        return super().__new__(stateful_loader_class(cls) if _asks_stateful(cls, args, kwargs) else cls)
 
     # -- iteration --------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
@@ -199,8 +197,7 @@ class ResumableLoader(DataLoader):
         Raises:
             ValueError: if ``steps`` is below the steps taken before this run resumed the epoch.
         """
-        resumption = self.resumption
-        return resumption.state_at(resumption.snapshot(), steps)
+        return self.resumption.state_at(self.resumption.snapshot(), steps)
 
     @property
     def index_observer(self) -> IndexObserver | None:
@@ -293,10 +290,7 @@ def stateful_loader_class(cls: type) -> type:
 
 
 def _asks_stateful(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Whether a constructor call of ``cls``, not yet stateful, passes ``use_stateful_dataloader=True`` (by
-    name or position)."""
-    if issubclass(cls, StatefulDataLoader):
-        return False
+    """Whether a constructor call of ``cls`` passes ``use_stateful_dataloader=True`` (by name or position)."""
     if "use_stateful_dataloader" in kwargs:
         return bool(kwargs["use_stateful_dataloader"])
     index = _stateful_argument_index(cls)
