@@ -179,12 +179,9 @@ class DataLoaderShard(ResumableLoader):
     def _epoch(self, position: Position) -> Generator[tuple[Any, bool], None, None]:
         loaded = self._user_batches() if self.cursor is None else self._isolated_batches(position)
         batches = itertools.islice(loaded, self._discard, None) if self._discard else loaded
-        device, non_blocking = self.device, self.non_blocking
-        move = (
-            None
-            if device is None
-            else functools.partial(send_to_device, device=device, non_blocking=non_blocking)
-        )
+        move = None
+        if self.device is not None:
+            move = functools.partial(send_to_device, device=self.device, non_blocking=self.non_blocking)
         if self.stream is None:
             return marked_last(batches, move)
         # NOTE: a stream's `StreamRun` agrees with the other processes on when all stop.
@@ -316,13 +313,8 @@ def _index_source_with_cursor(dataset: Any, kwargs: dict[str, Any]) -> dict[str,
 def _default_batch_sampler(dataset: Any, kwargs: dict[str, Any]) -> BatchSampler:
     """The batch sampler ``DataLoader`` would build from ``batch_size`` / ``shuffle`` / ``sampler``."""
     sampler = kwargs.pop("sampler", None)
-    shuffle = kwargs.pop("shuffle", None)
-    if sampler is None:
-        sampler = (
-            RandomSampler(dataset, generator=kwargs.get("generator"))
-            if shuffle
-            else SequentialSampler(dataset)
-        )
-    batch_size = kwargs.pop("batch_size", 1)
-    drop_last = kwargs.pop("drop_last", False)
-    return BatchSampler(sampler, batch_size, drop_last)
+    if kwargs.pop("shuffle", None) and sampler is None:
+        sampler = RandomSampler(dataset, generator=kwargs.get("generator"))
+    elif sampler is None:
+        sampler = SequentialSampler(dataset)
+    return BatchSampler(sampler, kwargs.pop("batch_size", 1), kwargs.pop("drop_last", False))
