@@ -138,22 +138,27 @@ def scalable_batch_sampler(batch_sampler: Any, data_seed: int | None) -> Any:
     return BatchSampler(scalable, batch_sampler.batch_size, batch_sampler.drop_last)
 
 
-class BatchSamplerWrapper(BatchSampler):
-    """Base of batch samplers that wrap another: its ``batch_size``, ``drop_last`` and ``sampler`` show through."""
+class ShowsWrapped:
+    """Mixin of what wraps a batch sampler: its ``batch_size``, ``drop_last`` and ``sampler`` show through."""
 
     batch_sampler: Any
 
     @property
-    def batch_size(self) -> int | None:  # type: ignore[override]
+    def batch_size(self) -> int | None:
         return getattr(self.batch_sampler, "batch_size", None)
 
     @property
-    def drop_last(self) -> bool:  # type: ignore[override]
+    def drop_last(self) -> bool:
         return bool(getattr(self.batch_sampler, "drop_last", False))
 
     @property
-    def sampler(self) -> Any:  # type: ignore[override]
+    def sampler(self) -> Any:
+        """The wrapped batch sampler's index sampler, if it has one."""
         return getattr(self.batch_sampler, "sampler", None)
+
+
+class BatchSamplerWrapper(ShowsWrapped, BatchSampler):  # type: ignore[misc,override]
+    """Base of batch samplers that wrap another: its ``batch_size``, ``drop_last`` and ``sampler`` show through."""
 
 
 class SkipBatchSampler(BatchSamplerWrapper):
