@@ -15,6 +15,7 @@ tensor collectives (docs/DESIGN.md, "Exact evaluation").
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
@@ -141,10 +142,8 @@ def merge_parts(parts: list[Any]) -> Any:
     ):
         return {key: merge_parts([part[key] for part in parts]) for key in first}
     if all(isinstance(part, torch.Tensor) for part in parts):
-        try:
+        with contextlib.suppress(RuntimeError):
             return torch.cat([torch.atleast_1d(part) for part in parts])
-        except RuntimeError:
-            return list(parts)
     return list(parts)
 
 
