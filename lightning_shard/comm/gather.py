@@ -149,8 +149,6 @@ def merge_parts(parts: list[Any]) -> Any:
 
 def keep_rows(data: Any, rows: slice) -> Any:
     """``rows`` of gathered ``data``: tensors along dimension 0, lists by item, dicts key by key."""
-    if isinstance(data, torch.Tensor):
-        return data[rows]
     if is_tensor_tree(data):
         return map_leaves(lambda tensor: tensor[rows], data)
     if isinstance(data, Mapping):
