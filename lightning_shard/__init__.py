@@ -28,10 +28,9 @@ from lightning_shard.optim import ShardOptimizer, ShardScheduler
 from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_data_loader, skip_first_batches
 from lightning_shard.sampling.batch_shard import BatchSamplerShard
-from lightning_shard.sampling.index_source import SeekableBatchSampler
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.native_stream import ShardableStream, StreamShardingWarning
-from lightning_shard.sampling.samplers import SeedableRandomSampler, SkipBatchSampler
+from lightning_shard.sampling.samplers import SeedableRandomSampler, SeekableBatchSampler, SkipBatchSampler
 
 __all__ = [
     "AuditReport",

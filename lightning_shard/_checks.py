@@ -54,15 +54,18 @@ def check_split_batch_size(batch_size: int | None, num_processes: int, where: st
     return batch_size // num_processes
 
 
-def check_non_negative(name: str, value: Any) -> int:
-    """Return ``value`` if it is a non-negative integer; ``name`` is the (skip) parameter it came from."""
+def check_non_negative(name: str, value: Any, fix: str | None = None) -> int:
+    """Return ``value`` if it is a non-negative integer; ``fix`` says what to pass instead (by default, for
+    a skip parameter: a whole number, 0 to skip nothing)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(
             f"`{name}` must be a non-negative integer, got {value!r} ({type(value).__name__}). "
-            f"Pass a whole number, e.g. `{name}=0` to skip nothing."
+            f"Pass {fix or f'a whole number, e.g. `{name}=0` to skip nothing'}."
         )
     if value < 0:
-        raise ValueError(f"`{name}` must be a non-negative integer, got {value}. Pass 0 to skip nothing.")
+        raise ValueError(
+            f"`{name}` must be a non-negative integer, got {value}. Pass {fix or '0 to skip nothing'}."
+        )
     return value
 
 

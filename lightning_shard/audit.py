@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from lightning_shard._checks import check_non_negative
 from lightning_shard.comm.bitmaps import (
     EXAMPLES,
     count_dtype,
@@ -127,11 +128,13 @@ class ShardAudit:
     """
 
     def __init__(self, dataset_length: int, *, allowed_padding: int = 0, allowed_missing: int = 0) -> None:
-        self.dataset_length = _check_count(
+        self.dataset_length = check_non_negative(
             "dataset_length", dataset_length, "the number of samples, `len(dataset)`"
         )
-        self.allowed_padding = _check_count("allowed_padding", allowed_padding, "0 without `even_batches`")
-        self.allowed_missing = _check_count("allowed_missing", allowed_missing, "0 without `drop_last`")
+        self.allowed_padding = check_non_negative(
+            "allowed_padding", allowed_padding, "0 without `even_batches`"
+        )
+        self.allowed_missing = check_non_negative("allowed_missing", allowed_missing, "0 without `drop_last`")
         self.reset()
 
     @classmethod
@@ -277,7 +280,7 @@ class ShardAudit:
                 f"needs {audit.seen.numel()}. Pass the dict `ShardAudit.to_state()` wrote, unchanged."
             )
         audit.seen, audit.repeated = seen, repeated
-        audit.records = _check_count("records", records, "a count")
+        audit.records = check_non_negative("records", records, "a count")
         return audit
 
     def report(self) -> AuditReport:
@@ -336,16 +339,6 @@ def sharding_allowances(info: ShardingInfo, length: int) -> tuple[int, int]:
         drop_last=info.drop_last,
         dispatch=info.mode == "dispatch",
     )
-
-
-def _check_count(name: str, value: Any, fix: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(
-            f"`{name}` must be a non-negative integer, got {value!r} ({type(value).__name__}). Pass {fix}."
-        )
-    if value < 0:
-        raise ValueError(f"`{name}` must be a non-negative integer, got {value}. Pass {fix}.")
-    return value
 
 
 def _listed(indices: tuple[int, ...]) -> str:

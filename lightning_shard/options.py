@@ -24,9 +24,9 @@ _STRATEGY_DEFAULT = "strategy_default"
 
 
 def _option(default: Any, doc: str, **strategy: Any) -> Any:
-    """A dataclass field with its documentation; ``strategy_default`` when a strategy defaults otherwise."""
-    metadata = {_DOC: doc, **({_STRATEGY_DEFAULT: strategy["strategy_default"]} if strategy else {})}
-    return field(default=default, metadata=metadata)
+    """A dataclass field with its documentation; ``strategy_default`` (metadata key ``_STRATEGY_DEFAULT``)
+    when a strategy defaults otherwise."""
+    return field(default=default, metadata={_DOC: doc, **strategy})
 
 
 _O = TypeVar("_O", bound="_Options")

@@ -15,6 +15,7 @@ tensor collectives (docs/DESIGN.md, "Exact evaluation").
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
@@ -141,17 +142,13 @@ def merge_parts(parts: list[Any]) -> Any:
     ):
         return {key: merge_parts([part[key] for part in parts]) for key in first}
     if all(isinstance(part, torch.Tensor) for part in parts):
-        try:
+        with contextlib.suppress(RuntimeError):
             return torch.cat([torch.atleast_1d(part) for part in parts])
-        except RuntimeError:
-            return list(parts)
     return list(parts)
 
 
 def keep_rows(data: Any, rows: slice) -> Any:
     """``rows`` of gathered ``data``: tensors along dimension 0, lists by item, dicts key by key."""
-    if isinstance(data, torch.Tensor):
-        return data[rows]
     if is_tensor_tree(data):
         return map_leaves(lambda tensor: tensor[rows], data)
     if isinstance(data, Mapping):

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from lightning_shard.comm.collectives import is_distributed
+from lightning_shard.comm.collectives import is_distributed, world_size
 
 VERSION = 1
 
@@ -73,8 +73,7 @@ def own_state(saved: dict[str, Any]) -> dict[str, Any] | None:
     """This process's state in ``saved`` (``gather_states``), or ``None`` when it was written by another
     number of processes (or holds none)."""
     states = saved.get("states")
-    size = dist.get_world_size() if is_distributed() else 1
-    if saved.get("version") != VERSION or saved.get("world_size") != size or not states:
+    if saved.get("version") != VERSION or saved.get("world_size") != world_size() or not states:
         return None
     return states[dist.get_rank() if is_distributed() else 0]
 

@@ -79,9 +79,7 @@ def _rank_indices(ranks: torch.Tensor, indices: torch.Tensor) -> tuple[int, ...]
     if sorted(ranks.tolist()) != list(range(world)):
         # NOTE: a sub-mesh (e.g. one rank's data-parallel slice) cannot say what the other ranks hold.
         return None
-    by_rank = [0] * world
-    for rank, index in zip(ranks.tolist(), indices.tolist(), strict=True):
-        by_rank[rank] = index
+    by_rank = indices[ranks.argsort()].tolist()
     return None if by_rank == list(range(world)) else tuple(by_rank)
 
 

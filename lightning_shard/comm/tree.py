@@ -74,17 +74,14 @@ def _unflatten(node: Node, leaves: Any, on_const: Callable[[Any], Any] | None) -
     children = [_unflatten(child, leaves, on_const) for child in node.children]
     assert node.container is not None  # NOTE: every container node records its type.
     if node.kind == "dict":
-        return _rebuild_mapping(node.container, dict(zip(node.keys, children, strict=True)))
+        mapping = dict(zip(node.keys, children, strict=True))
+        try:
+            return mapping if node.container is dict else node.container(mapping)
+        except TypeError:
+            return mapping
     if node.kind == "namedtuple":
         return node.container(*children)
     return node.container(children)
-
-
-def _rebuild_mapping(container: type, mapping: dict[Any, Any]) -> Any:
-    try:
-        return mapping if container is dict else container(mapping)
-    except TypeError:
-        return mapping
 
 
 def map_leaves(fn: Callable[[Any], Any], batch: Any) -> Any:

@@ -18,8 +18,8 @@ from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.state import LoaderState
 from lightning_shard.loaders.streams import StreamRun
-from lightning_shard.sampling.epochs import forward_epoch
 from lightning_shard.sampling.own_sampler import seeded_order
+from lightning_shard.sampling.samplers import forward_epoch
 
 
 class ResumableLoader(DataLoader):

@@ -6,9 +6,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from lightning_shard.sampling.epochs import forward_epoch
-from lightning_shard.sampling.index_source import SeekableBatchSampler
-from lightning_shard.sampling.samplers import BatchSamplerWrapper
+from lightning_shard.sampling.samplers import BatchSamplerWrapper, SeekableBatchSampler, forward_epoch
 
 IndexObserver = Callable[[Iterator[Any]], Iterator[Any]]
 """Wraps one iteration's batches of indices, yielding them on (``ShardAuditCallback``'s ``IndexTap``)."""

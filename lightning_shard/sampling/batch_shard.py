@@ -19,9 +19,9 @@ from lightning_shard.sampling.balance import (
     is_balanced,
     tail_steps,
 )
-from lightning_shard.sampling.epochs import forward_epoch
 from lightning_shard.sampling.fast_index import EpochOrder, ShardLayout, fast_epoch_order
 from lightning_shard.sampling.own_sampler import unwrapped
+from lightning_shard.sampling.samplers import forward_epoch
 
 
 class BatchSamplerShard(BatchSampler):

@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
 from lightning_shard.sampling.balance import EvenBatches, chunk, is_balanced, tail_steps
+from lightning_shard.sampling.own_sampler import own_generator
 from lightning_shard.sampling.permutation import KeyedPermutation
 from lightning_shard.sampling.samplers import _CHUNK_POSITIONS, ScalableRandomSampler, SeedableRandomSampler
 
@@ -154,8 +155,7 @@ def _draw_random(sampler: RandomSampler) -> torch.Tensor:
     if isinstance(sampler, SeedableRandomSampler):
         return torch.randperm(n, generator=sampler.reseed())
     if sampler.generator is None:
-        seed = int(torch.empty((), dtype=torch.int64).random_().item())
-        return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+        return torch.randperm(n, generator=own_generator())
     return torch.randperm(n, generator=sampler.generator)
 
 

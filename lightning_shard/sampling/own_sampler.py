@@ -19,26 +19,22 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
-from lightning_shard.sampling.samplers import SeedableRandomSampler, scalable_batch_sampler
+from lightning_shard.sampling.samplers import SeedableRandomSampler, ShowsWrapped, scalable_batch_sampler
 
 _FREE_OF_DRAWS = (SequentialSampler,)
 """Sampler classes whose order draws nothing."""
 
 
-def copy_with_generator(sampler: Any, generator: torch.Generator) -> Any:
-    """A shallow copy of ``sampler`` (same class and attributes) drawing from ``generator``."""
+def _over_sampler_with_generator(batch_sampler: Any, sampler: Any) -> Any:
+    """``batch_sampler`` over a shallow copy of ``sampler`` (same class and attributes) drawing from a
+    generator of its own: a new ``BatchSampler``, or a shallow copy of the user's class."""
     twin = copy.copy(sampler)
-    twin.generator = generator
-    return twin
-
-
-def with_sampler(batch_sampler: Any, sampler: Any) -> Any:
-    """``batch_sampler`` over ``sampler``: a new ``BatchSampler``, or a shallow copy of the user's class."""
+    twin.generator = own_generator()
     if type(batch_sampler) is BatchSampler:
-        return BatchSampler(sampler, batch_sampler.batch_size, batch_sampler.drop_last)
-    twin = copy.copy(batch_sampler)
-    twin.sampler = sampler
-    return twin
+        return BatchSampler(twin, batch_sampler.batch_size, batch_sampler.drop_last)
+    outer = copy.copy(batch_sampler)
+    outer.sampler = twin
+    return outer
 
 
 def may_draw_globally(batch_sampler: Any) -> bool:
@@ -50,7 +46,7 @@ def may_draw_globally(batch_sampler: Any) -> bool:
     return not (type(sampler) in _FREE_OF_DRAWS or getattr(sampler, "generator", None) is not None)
 
 
-class OwnDraws:
+class OwnDraws(ShowsWrapped):
     """``batch_sampler`` with its random draws taken from a stream of its own, seeded each epoch.
 
     At each ``iter()`` the stream of the epoch is seeded from ``generator`` (re-seeded with
@@ -75,19 +71,6 @@ class OwnDraws:
         self.initial_seed = data_seed
         self.global_draws = global_draws
         self.epoch = 0
-
-    @property
-    def sampler(self) -> Any:
-        """The wrapped batch sampler's index sampler, if it has one."""
-        return getattr(self.batch_sampler, "sampler", None)
-
-    @property
-    def batch_size(self) -> int | None:
-        return getattr(self.batch_sampler, "batch_size", None)
-
-    @property
-    def drop_last(self) -> bool:
-        return bool(getattr(self.batch_sampler, "drop_last", False))
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
@@ -151,7 +134,7 @@ def generator_of(batch_sampler: Any) -> torch.Generator | None:
     return generator if isinstance(generator, torch.Generator) else None
 
 
-def _own_generator() -> torch.Generator:
+def own_generator() -> torch.Generator:
     """A generator seeded with a draw from the global RNG, as the reference seeds a ``RandomSampler``'s."""
     return torch.Generator().manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
 
@@ -167,7 +150,7 @@ def _with_own_generator(sampler: RandomSampler, seedable: bool, data_seed: int |
     if sampler.generator is not None:
         return sampler
     # NOTE: drawn from the global RNG exactly as the reference does, so seeded runs agree with it.
-    return RandomSampler(sampler.data_source, **same, generator=_own_generator())
+    return RandomSampler(sampler.data_source, **same, generator=own_generator())
 
 
 def recorded_batch_sampler(
@@ -201,11 +184,11 @@ def _kept_with_own_randomness(batch_sampler: Any, sampler: Any, seedable: bool, 
     """
     drawing = sampler is not None and hasattr(sampler, "generator")
     if drawing and sampler.generator is None:
-        batch_sampler = with_sampler(batch_sampler, copy_with_generator(sampler, _own_generator()))
+        batch_sampler = _over_sampler_with_generator(batch_sampler, sampler)
     global_draws = may_draw_globally(batch_sampler)
     seeded = seedable and (drawing or global_draws)
     if not (global_draws or seeded):
         return batch_sampler
-    generator = generator_of(batch_sampler) or _own_generator()
+    generator = generator_of(batch_sampler) or own_generator()
     seed = (data_seed if data_seed is not None else torch.initial_seed()) if seeded else None
     return OwnDraws(batch_sampler, generator, seed, global_draws)

@@ -1,17 +1,16 @@
-"""Samplers whose order is a pure function of their inputs, and index-level skipping."""
+"""Samplers whose order is a pure function of their inputs, index-level skipping (the contract of a batch
+sampler that can start anywhere in its epoch by arithmetic), and epoch propagation through wrappers."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sized
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
 from lightning_shard._checks import check_non_negative, check_seed
-from lightning_shard.sampling.epochs import forward_epoch
-from lightning_shard.sampling.index_source import SeekableBatchSampler
 from lightning_shard.sampling.permutation import KeyedPermutation
 
 _CHUNK_POSITIONS = 1 << 16
@@ -138,22 +137,68 @@ def scalable_batch_sampler(batch_sampler: Any, data_seed: int | None) -> Any:
     return BatchSampler(scalable, batch_sampler.batch_size, batch_sampler.drop_last)
 
 
-class BatchSamplerWrapper(BatchSampler):
-    """Base of batch samplers that wrap another: its ``batch_size``, ``drop_last`` and ``sampler`` show through."""
+@runtime_checkable
+class SeekableBatchSampler(Protocol):
+    """A batch sampler that yields its epoch from any batch on, also after an elastic restore.
+
+    ``BatchSamplerShard`` implements it; ``EpochCursor`` and ``SkipBatchSampler`` use it when the batch
+    sampler they wrap does, and otherwise walk the wrapped sampler's batches of indices (never the data).
+    """
+
+    def iter_from(self, start: int, *, consumed: int = 0) -> Iterator[list[int]]:
+        """This process's batches from its batch ``start`` on, once ``consumed`` batches of the wrapped
+        (unsharded) batch sampler are gone."""
+        ...
+
+    def length_after(self, consumed: int) -> int:
+        """How many batches this process yields once ``consumed`` batches of the wrapped sampler are gone."""
+        ...
+
+
+_CHILD_ATTRIBUTES = ("batch_sampler", "sampler")
+
+
+def forward_epoch(child: Any, epoch: int) -> None:
+    """Set ``epoch`` on ``child`` and on everything it wraps (``batch_sampler``, ``sampler``), each once:
+    ``set_epoch`` must reach the sampler through every wrapper in between (docs/DESIGN.md, "Epoch purity").
+
+    NOTE: the walk goes on below an object that has its own ``set_epoch``: a user's batch sampler may
+    define one that does not forward it, and its sampler would then replay the first epoch's order.
+    Setting an epoch only assigns it, so reaching an object twice (our wrappers forward too) is harmless.
+    """
+    seen: set[int] = set()
+    stack = [child]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if callable(getattr(node, "set_epoch", None)):
+            node.set_epoch(epoch)
+        stack.extend(getattr(node, name, None) for name in _CHILD_ATTRIBUTES)
+
+
+class ShowsWrapped:
+    """Mixin of what wraps a batch sampler: its ``batch_size``, ``drop_last`` and ``sampler`` show through."""
 
     batch_sampler: Any
 
     @property
-    def batch_size(self) -> int | None:  # type: ignore[override]
+    def batch_size(self) -> int | None:
         return getattr(self.batch_sampler, "batch_size", None)
 
     @property
-    def drop_last(self) -> bool:  # type: ignore[override]
+    def drop_last(self) -> bool:
         return bool(getattr(self.batch_sampler, "drop_last", False))
 
     @property
-    def sampler(self) -> Any:  # type: ignore[override]
+    def sampler(self) -> Any:
+        """The wrapped batch sampler's index sampler, if it has one."""
         return getattr(self.batch_sampler, "sampler", None)
+
+
+class BatchSamplerWrapper(ShowsWrapped, BatchSampler):  # type: ignore[misc,override]
+    """Base of batch samplers that wrap another: its ``batch_size``, ``drop_last`` and ``sampler`` show through."""
 
 
 class SkipBatchSampler(BatchSamplerWrapper):
