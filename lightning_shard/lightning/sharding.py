@@ -31,10 +31,9 @@ from lightning_shard.lightning.audit_callback import EpochAudit, ShardAuditCallb
 from lightning_shard.lightning.checkpoints import EvaluationResumeHook, LightningResumeHook
 from lightning_shard.lightning.compat import check_lightning_version
 from lightning_shard.lightning.continuity import TrainingLoaderRounds
-from lightning_shard.lightning.epoch_callback import ShardEpochCallback
+from lightning_shard.lightning.epoch_callback import ShardEpochCallback, ShardRandomStatesCallback
 from lightning_shard.lightning.plan import ShardPlan, plan_for
 from lightning_shard.lightning.prediction import PredictionGatherer
-from lightning_shard.lightning.random_states import ShardRandomStatesCallback
 from lightning_shard.lightning.schedulers import (
     SchedulerScaling,
     has_step_schedulers,
