@@ -249,8 +249,7 @@ class StrategySharding:
                 'with `even_batches="balanced"` (no repeated samples; the default for validation and test).'
             )
         sources = None if topology.rank_indices is None else topology.leaders
-        stream = None if loader is None else loader.stream
-        if stream is not None and stream.uneven:
+        if loader is not None and loader.stream is not None and loader.stream.uneven:
             return gather_stream_for_metrics(data, self._stream_padding, sources)
         gathered = gather_in_process_order(data, sources)
         if loader is None or not padded or not loader.end_of_dataloader:
