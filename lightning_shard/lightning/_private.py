@@ -42,8 +42,7 @@ def disable_sampler_injection(trainer: pl.Trainer) -> None:
     # NOTE: `_DataConnector._requires_distributed_sampler` reads `Trainer(use_distributed_sampler=...)` from
     # the private accelerator connector, before `Strategy.process_dataloader` sees the loader; no public
     # hook runs in between, and undoing the injection afterwards would lose the user's sampler.
-    connector = _accelerator_connector(trainer)
-    connector.use_distributed_sampler = False
+    _accelerator_connector(trainer).use_distributed_sampler = False
 
 
 def sampler_injection_enabled(trainer: pl.Trainer) -> bool:

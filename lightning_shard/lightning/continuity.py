@@ -65,7 +65,7 @@ def _continue_stream(earlier: ShardLoader, loader: ShardLoader) -> None:
             target.set_state(source.get_state())
     # NOTE: a seedable sampler's order is (seed, epoch): its seed goes on too, as restored from a checkpoint
     # (the default seed is the process's `torch.initial_seed()`, another one in a resumed run).
-    seed = pending.sampler_seed if pending is not None and pending.sampler_seed is not None else None
+    seed = pending.sampler_seed if pending is not None else None
     seed = seed if seed is not None else earlier.resumption.sampler_seed()
     seeded = loader.resumption.source.seeded()
     if seeded is not None and seed is not None:

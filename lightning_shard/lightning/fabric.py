@@ -82,10 +82,9 @@ class ShardFabricStrategy(DDPStrategy):
         scalable_shuffle: bool = False,
         **kwargs: Any,
     ) -> None:
-        options = locals()
         check_keywords(type(self), kwargs, (DDPStrategy.__init__, DistributedDataParallel.__init__))
         super().__init__(**kwargs)
-        self.options = ShardOptions.pick(options)
+        self.options = ShardOptions.pick(locals())
 
     @property
     @override

@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -28,7 +28,7 @@ def parameter_names(function: Callable[..., Any]) -> list[str]:
     return [p.name for p in parameters if p.kind in _NAMED and p.name not in _NOT_OURS_TO_PASS]
 
 
-def check_keywords(strategy: type, passed: Mapping[str, Any], parents: Iterable[Callable[..., Any]]) -> None:
+def check_keywords(strategy: type, passed: Mapping[str, Any], parents: Sequence[Callable[..., Any]]) -> None:
     """Refuse a keyword that neither ``strategy`` nor any of ``parents`` takes.
 
     Args:
@@ -40,27 +40,21 @@ def check_keywords(strategy: type, passed: Mapping[str, Any], parents: Iterable[
     Raises:
         TypeError: on the first unknown keyword, with the closest known name.
     """
-    parents = list(parents)
     accepted = {name for parent in parents for name in parameter_names(parent)}
     unknown = [name for name in passed if name not in accepted]
-    if unknown:
-        known = sorted(set(parameter_names(strategy)) | accepted)
-        raise TypeError(_refusal(strategy.__name__, unknown[0], passed[unknown[0]], known, parents))
-
-
-def _refusal(
-    strategy: str, name: str, value: Any, known: list[str], parents: list[Callable[..., Any]]
-) -> str:
+    if not unknown:
+        return
+    name, owner = unknown[0], strategy.__name__
     owners = " or ".join(f"`{parent.__qualname__.split('.')[0]}`" for parent in parents)
-    close = difflib.get_close_matches(name, known, n=1)
+    close = difflib.get_close_matches(name, sorted(set(parameter_names(strategy)) | accepted), n=1)
     fix = (
         f"Did you mean `{close[0]}`?"
         if close
         else f"Use an option of the options table or an argument of {owners}."
     )
-    return (
-        f"`{strategy}` got an unknown keyword argument `{name}={value!r}`{_look_alike(name)}: it is neither "
-        f"an option of `{strategy}` nor an argument of {owners}. {fix}"
+    raise TypeError(
+        f"`{owner}` got an unknown keyword argument `{name}={passed[name]!r}`{_look_alike(name)}: it is "
+        f"neither an option of `{owner}` nor an argument of {owners}. {fix}"
     )
 
 

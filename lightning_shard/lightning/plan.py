@@ -9,7 +9,6 @@ from lightning.fabric.utilities.data import sized_len
 
 from lightning_shard.lightning.schedulers import SchedulerScaling, ShortSchedule
 from lightning_shard.lightning.stages import ShardLoader
-from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.streams import describe_stream
 from lightning_shard.sampling.balance import is_balanced
 from lightning_shard.sampling.samplers import ScalableRandomSampler
@@ -97,7 +96,7 @@ def plan_for(
     state = loader.sharding
     global_batch = loader.total_batch_size
     batches = sized_len(loader)
-    padded, dropped = _padding(state, batches, global_batch, _resumed_at(loader))
+    padded, dropped = _padding(loader, batches)
     steps = (
         None
         if math.isinf(num_training_batches)
@@ -123,23 +122,19 @@ def plan_for(
     )
 
 
-def _resumed_at(loader: ShardLoader) -> Position:
-    """Where the epoch the fit starts in stands: a checkpoint's restore, the epoch in progress, or none."""
-    pending = loader.pending_position
-    return pending if pending is not None else loader.resumption.position
-
-
-def _padding(
-    state: ShardingInfo, batches: int | None, global_batch: int, resumed: Position
-) -> tuple[int | None, int | None]:
+def _padding(loader: ShardLoader, batches: int | None) -> tuple[int | None, int | None]:
     """(padded, dropped) samples of the epoch the fit starts in; ``None`` when the lengths are unknown.
 
     NOTE: after an elastic resume the epoch's first ``base_steps`` steps ran under another number of
     processes and consumed ``base`` units (``state.step_size`` per step now): only the steps left run at
     this global batch, over the samples left.
     """
+    state, global_batch = loader.sharding, loader.total_batch_size
     if batches is None or state.dataset_length is None or not global_batch:
         return None, None  # NOTE: a batch sampler without `batch_size` (max tokens): sizes vary, no count.
+    # NOTE: where the epoch the fit starts in stands: a checkpoint's restore, the epoch in progress, or none.
+    pending = loader.pending_position
+    resumed = pending if pending is not None else loader.resumption.position
     left = max(state.dataset_length - state.samples_in(resumed.base), 0)
     covered = (batches - resumed.base_steps) * global_batch
     if state.drop_last:

@@ -135,12 +135,11 @@ class ShardPredictionWriter(BasePredictionWriter):
         topology = getattr(strategy, "topology", None)
         index = topology.process_index if topology is not None else trainer.global_rank
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        several = predict_loader_count(trainer) > 1
         part = {
             "index": index,
             "predictions": predictions,
             "batch_indices": batch_indices,
-            "several": several,
+            "several": predict_loader_count(trainer) > 1,
             "by_process": _by_process(trainer),
         }
         own = self.output_dir / f"rank{trainer.global_rank}.pt"

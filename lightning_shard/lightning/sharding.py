@@ -4,7 +4,7 @@ calls from short overrides of Lightning's hooks (``ShardingHooks``; docs/DESIGN.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
@@ -17,9 +17,10 @@ from lightning.pytorch.utilities.types import LRSchedulerConfig
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
-from lightning_shard.comm.collectives import is_distributed
+from lightning_shard.comm.collectives import communication_device, is_distributed
 from lightning_shard.comm.gather import gather_in_process_order, keep_rows
 from lightning_shard.comm.topology import Topology
+from lightning_shard.comm.tree import batch_length, is_tensor_tree, map_leaves
 from lightning_shard.lightning._private import (
     add_callbacks_before_checkpoints,
     checkpoint_loader_states,
@@ -30,10 +31,9 @@ from lightning_shard.lightning.audit_callback import EpochAudit, ShardAuditCallb
 from lightning_shard.lightning.checkpoints import EvaluationResumeHook, LightningResumeHook
 from lightning_shard.lightning.compat import check_lightning_version
 from lightning_shard.lightning.continuity import TrainingLoaderRounds
-from lightning_shard.lightning.epoch_callback import ShardEpochCallback
+from lightning_shard.lightning.epoch_callback import ShardEpochCallback, ShardRandomStatesCallback
 from lightning_shard.lightning.plan import ShardPlan, plan_for
 from lightning_shard.lightning.prediction import PredictionGatherer
-from lightning_shard.lightning.random_states import ShardRandomStatesCallback
 from lightning_shard.lightning.schedulers import (
     SchedulerScaling,
     has_step_schedulers,
@@ -52,7 +52,6 @@ from lightning_shard.lightning.stages import (
     stage_defaults,
     stage_key,
 )
-from lightning_shard.lightning.stream_evaluation import gather_stream_for_metrics
 from lightning_shard.lightning.torchrun import warn_about_store_sharing
 from lightning_shard.loaders.state import STATE_FORMAT
 from lightning_shard.loaders.streams import StreamReport
@@ -197,7 +196,7 @@ class StrategySharding:
     def batch_moving(self, dataloader_idx: int) -> None:
         """A batch of loader ``dataloader_idx`` is about to be processed (moved to the device)."""
         self._dataloader_idx = dataloader_idx
-        # NOTE: once per consumed batch, after Lightning's read-ahead (see `lightning/stream_evaluation.py`).
+        # NOTE: once per consumed batch, after Lightning's read-ahead (see `gather_stream_for_metrics`).
         loader = self.current_loader()
         self._stream_padding = 0 if loader is None or loader.stream is None else loader.stream.take_padding()
 
@@ -250,8 +249,7 @@ class StrategySharding:
                 'with `even_batches="balanced"` (no repeated samples; the default for validation and test).'
             )
         sources = None if topology.rank_indices is None else topology.leaders
-        stream = None if loader is None else loader.stream
-        if stream is not None and stream.uneven:
+        if loader is not None and loader.stream is not None and loader.stream.uneven:
             return gather_stream_for_metrics(data, self._stream_padding, sources)
         gathered = gather_in_process_order(data, sources)
         if loader is None or not padded or not loader.end_of_dataloader:
@@ -278,6 +276,44 @@ def exact_mean(tensor: Any, group: Any, reduce_op: Any) -> torch.Tensor | None:
     total = tensor.to(torch.float64)
     dist.all_reduce(total, group=group)
     return total / dist.get_world_size(group)
+
+
+def gather_stream_for_metrics(data: Any, padding: int, sources: Sequence[int] | None = None) -> Any:
+    """``data`` of every process in process order, without the parts of processes whose batch was padding.
+
+    Every process must call it (two all-gathers: each process's row count and padding, then ``data``);
+    ``sources`` keeps one rank per data-parallel index, as in ``gather_in_process_order``.
+
+    NOTE: a strided or map-style loader pads only the last global batch, so dropping the padding needs the
+    loader's ``remainder`` at its last batch (``StrategySharding.gather_for_metrics``). A stream whose
+    shares end unevenly pads whole batches, on some processes only, for several steps, and which batch is
+    the last is known only one step later. So each batch's padding is queued by the loader as it is
+    yielded, taken by the strategy when Lightning moves that batch to the device (once per consumed batch,
+    after Lightning's read-ahead), and the gather drops the parts of the processes whose batch was padding
+    (docs/DESIGN.md, "Streaming data").
+    """
+    rows = _rows(data)
+    counts = gather_in_process_order(
+        torch.tensor([[rows, min(padding, rows)]], dtype=torch.int64, device=communication_device()), sources
+    )
+    gathered = gather_in_process_order(data, sources)
+    if not bool(counts[:, 1].any()):
+        return gathered
+    keep: list[int] = []
+    offset = 0
+    for count, padded in counts.tolist():
+        keep.extend(range(offset, offset + count - padded))
+        offset += count
+    if is_tensor_tree(gathered):
+        return map_leaves(lambda tensor: tensor[keep], gathered)
+    return [gathered[index] for index in keep]
+
+
+def _rows(data: Any) -> int:
+    """The rows ``data`` contributes to a gather (a scalar, or a non-list object, counts as one)."""
+    if is_tensor_tree(data):
+        return max(batch_length(data), 1)
+    return len(data) if isinstance(data, (list, tuple)) else 1
 
 
 def _load_early(loader: ShardLoader, states: list[Any], position: int) -> None:

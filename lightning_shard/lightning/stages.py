@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 import lightning.pytorch as pl
@@ -36,27 +35,20 @@ STAGES = ("train", "validate", "test", "predict")
 """The keys of per-stage options, e.g. in ``ShardDataModule.shard_options(stage)``."""
 
 
-@dataclass(frozen=True)
-class _StageLoaders:
-    key: str
-    """The options key of the stage (one of ``STAGES``)."""
-    trainer_attribute: str
-    """The trainer attribute that holds the stage's loaders."""
-
-
 _RUNNING_STAGES = {
-    RunningStage.TRAINING: _StageLoaders("train", "train_dataloader"),
-    RunningStage.SANITY_CHECKING: _StageLoaders("validate", "val_dataloaders"),
-    RunningStage.VALIDATING: _StageLoaders("validate", "val_dataloaders"),
-    RunningStage.TESTING: _StageLoaders("test", "test_dataloaders"),
-    RunningStage.PREDICTING: _StageLoaders("predict", "predict_dataloaders"),
+    RunningStage.TRAINING: ("train", "train_dataloader"),
+    RunningStage.SANITY_CHECKING: ("validate", "val_dataloaders"),
+    RunningStage.VALIDATING: ("validate", "val_dataloaders"),
+    RunningStage.TESTING: ("test", "test_dataloaders"),
+    RunningStage.PREDICTING: ("predict", "predict_dataloaders"),
 }
-"""Each running stage of Lightning: its options key and where the trainer holds its loaders."""
+"""Each running stage of Lightning: its options key (one of ``STAGES``) and the trainer attribute that
+holds its loaders."""
 
 
 def stage_key(stage: RunningStage | None) -> str:
     """The options key (``"train"``, ``"validate"``, ``"test"``, ``"predict"``) of a running stage."""
-    return "train" if stage is None else _RUNNING_STAGES[stage].key
+    return "train" if stage is None else _RUNNING_STAGES[stage][0]
 
 
 def running_loaders(trainer: pl.Trainer) -> list[Any]:
@@ -64,7 +56,7 @@ def running_loaders(trainer: pl.Trainer) -> list[Any]:
     stage = trainer.state.stage
     if stage is None:
         return []
-    return flatten_loaders(getattr(trainer, _RUNNING_STAGES[stage].trainer_attribute))
+    return flatten_loaders(getattr(trainer, _RUNNING_STAGES[stage][1]))
 
 
 def stage_defaults(options: ShardOptions, stage: str) -> ShardOptions:
