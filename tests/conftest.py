@@ -5,7 +5,9 @@ time, in this order with ``--no-loadscope-reorder``), so that the two workers en
 running a long file alone at the end; the others follow in collection order.
 """
 
+import multiprocessing
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -37,3 +39,22 @@ under load); keep the longest first."""
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {path: position for position, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
+def _start_method() -> str:
+    """The start method a ``multiprocessing`` call without a context uses (the platform's default, the first
+    of ``get_all_start_methods()``, until one is set; ``import litdata`` sets that same one)."""
+    return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+
+
+_START_METHOD = _start_method()
+
+
+@pytest.fixture(autouse=True)
+def _start_method_kept() -> Iterator[None]:
+    """No test or fixture may change its pytest worker's default start method: with ``"spawn"`` every later
+    ``DataLoader`` there without a ``multiprocessing_context`` starts workers that import torch anew
+    (minutes of a suite run; ``tests/helpers/litdata_ids.py`` says how ``litdata.optimize`` did it)."""
+    yield
+    now = _start_method()
+    assert now == _START_METHOD, f"the default start method is now {now!r} (was {_START_METHOD!r})"

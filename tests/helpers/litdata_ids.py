@@ -6,10 +6,13 @@ that needs it calls ``require_litdata()`` first, which skips it with the set-up 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.helpers.runner import run_command
 
 IDS, CHUNK = 50, 8
 """The datasets' size and chunk size: 7 chunks, the last one of 2 ids."""
@@ -27,11 +30,16 @@ def sample(index: int) -> dict[str, int]:
 
 
 def session_ids(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The path of ids ``0 .. IDS - 1`` in chunks of ``CHUNK``, written once per test session."""
+    """The path of ids ``0 .. IDS - 1`` in chunks of ``CHUNK``, written once per test session.
+
+    NOTE: written by a process of its own: ``litdata.optimize`` sets the process's default start method to
+    ``"spawn"`` (and leaves queue threads and a SIGINT handler), so every later ``DataLoader`` of this
+    pytest worker without a ``multiprocessing_context`` would start its workers by importing torch anew.
+    """
     directory = tmp_path_factory.getbasetemp() / "litdata_ids"
-    if (directory / "index.json").is_file():
-        return str(directory)
-    return write_ids(directory)
+    if not (directory / "index.json").is_file():
+        run_command([sys.executable, "-m", "tests.helpers.litdata_ids", str(directory)], timeout=300)
+    return str(directory)
 
 
 def write_ids(directory: Path, count: int = IDS, chunk_size: int = CHUNK) -> str:
@@ -47,3 +55,7 @@ def write_ids(directory: Path, count: int = IDS, chunk_size: int = CHUNK) -> str
         verbose=False,
     )
     return str(directory)
+
+
+if __name__ == "__main__":
+    write_ids(Path(sys.argv[1]))
