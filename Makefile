@@ -1,9 +1,9 @@
 # `make demo` runs the main example, `make test` the whole suite (and builds the documentation site with
 # --strict), `make docs` the site into site/, `make dist` the sdist and wheel into dist/ (checked by twine),
 # `make gpu-check` the CUDA tests (on a GPU machine), `make test-matrix` every cell of the combination
-# matrix (long; `make test` runs a sample). All create or reuse `.venv`. `make test-oldest` runs the
-# Lightning and loader tests on the oldest
-# supported releases, in `.venv-oldest`. `make test-ray` installs the `ray` extra and runs the Ray Train tests.
+# matrix (long; `make test` runs a sample), `make test-long` the tests marked `long`. All create or reuse
+# `.venv`. `make test-oldest` runs the Lightning and loader tests on the oldest supported releases, in
+# `.venv-oldest`. `make test-ray` installs the `ray` extra and runs the Ray Train tests.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -18,7 +18,7 @@ TORCH_PIN := tests/torch-constraints.txt
 LITDATA := litdata==0.2.76
 LITDATA_DEPS := lightning-utilities filelock numpy boto3 requests "urllib3>=1.26" tifffile obstore
 
-.PHONY: demo test docs dist test-oldest test-matrix test-ray bench gpu-check
+.PHONY: demo test test-long docs dist test-oldest test-matrix test-ray bench gpu-check
 
 $(STAMP): pyproject.toml $(TORCH_PIN)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -55,7 +55,14 @@ test: $(STAMP)
 	# NOTE: two pytest workers, a test file each at a time (module fixtures run once): most tests wait on the
 	# processes they start, so two files overlap on 2 cores (docs/development.md). The longest files first
 	# (tests/conftest.py), not xdist's order by number of tests, so that the two workers end together.
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+	# NOTE: `-m "not long"`: the tests marked `long` run a second time what this suite covers once (more
+	# pages, restarts, combination regressions); `make test-long` runs them, so that this stays under 10 minutes.
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not long"
+
+# NOTE: the tests marked `long` (about 6 minutes on 2 cores): the documentation pages `make test` does not run,
+# the restarts onto other process counts, the combination regressions; run it before a release, as `make test-matrix`.
+test-long: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m long
 
 # NOTE: every cell of tests/matrix/cells.py (about half an hour on 2 cores, mostly the ModelParallel cells);
 # the records stay in build/matrix, the summary is what benchmarks/RELIABILITY.md records. The known

@@ -14,26 +14,24 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 LONGEST_FIRST = [
-    # NOTE: builds the pages' environments (the wheel, torch into a fresh venv) that the second half and
-    # test_wheel.py use too; the second half comes a few files later, once they are likely built.
+    # NOTE: builds the pages' environments (the wheel, torch into a fresh venv) that test_wheel.py uses too.
     "tests/docs/test_docs_examples.py",
-    "tests/lightning/test_fit.py",
-    "tests/lightning/test_combinations.py",
-    "tests/docs/test_docs_examples_2.py",
-    "tests/lightning/test_own_sampler.py",
-    "tests/lightning/test_evaluation.py",
-    "tests/lightning/test_resume.py",
-    "tests/core/test_differential.py",
-    "tests/lightning/test_litdata.py",
-    "tests/lightning/test_streams.py",
+    "tests/docs/test_docs_examples_2.py",  # NOTE: only pages marked `long` (`make test-long`)
     "tests/lightning/test_elastic.py",
     "tests/lightning/test_reliability.py",
+    "tests/lightning/test_fit.py",
+    "tests/lightning/test_combinations.py",
+    "tests/lightning/test_resume.py",
+    "tests/lightning/test_own_sampler.py",
+    "tests/lightning/test_evaluation.py",
+    "tests/lightning/test_streams.py",
     "tests/loaders/test_differential.py",
-    "tests/loaders/test_resume.py",
+    "tests/lightning/test_litdata.py",
     "tests/lightning/test_model_parallel.py",
+    "tests/core/test_differential.py",
 ]
-"""Per-file totals of ``--durations=0`` in ``make test`` on a 2-core machine (each one to six minutes there,
-under load); keep the longest first."""
+"""Per-file totals of ``--durations=0`` in ``make test`` on a quiet 2-core machine (each 20 s to 3 minutes
+there); keep the longest first."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,9 +32,22 @@ DECLARABLE = sorted({package for page in pages() for package in extras(page)})
 """Every package some page adds to the wheel's environment."""
 
 
+IN_MAKE_TEST = {"README.md", "index.md", "quickstart.md", "guides/evaluation.md"}
+"""The pages ``make test`` runs: the README and the pages a newcomer reads first, and the one whose figures
+the others quote (``test_figures.py``). The other pages are marked ``long`` (``make test-long``)."""
+
+
 def half(which: int) -> list[Path]:
     """Every other page (``which``: 0 or 1), in the order of ``pages()``."""
     return pages()[which::2]
+
+
+def page_params(which: int) -> list[Any]:
+    """``half(which)`` as pytest parameters, the pages outside ``IN_MAKE_TEST`` marked ``long``."""
+    return [
+        pytest.param(page, id=page_id(page), marks=() if page_id(page) in IN_MAKE_TEST else pytest.mark.long)
+        for page in half(which)
+    ]
 
 
 def check_page(page: Path, where: Path, environments: Environments, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,11 +9,11 @@ import pytest
 
 from tests.docs.blocks import DOCS, NOT_RUN, README, Block, blocks, missing_output, page_id, pages
 from tests.docs.environments import Environments
-from tests.docs.page_runs import check_page, half
+from tests.docs.page_runs import IN_MAKE_TEST, check_page, half, page_params
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", half(0), ids=page_id)
+@pytest.mark.parametrize("page", page_params(0))
 def test_page_runs(
     page: Path, tmp_path: Path, environments: Environments, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -22,6 +22,7 @@ def test_page_runs(
 
 def test_the_pages_are_halved_between_two_files() -> None:
     assert sorted(half(0) + half(1)) == sorted(pages())
+    assert IN_MAKE_TEST <= {page_id(page) for page in pages()}, "a page `make test` runs was renamed"
 
 
 def test_few_blocks_are_skipped() -> None:

@@ -6,13 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.blocks import page_id
 from tests.docs.environments import Environments
-from tests.docs.page_runs import check_page, half
+from tests.docs.page_runs import check_page, page_params
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", half(1), ids=page_id)
+@pytest.mark.parametrize("page", page_params(1))
 def test_page_runs(
     page: Path, tmp_path: Path, environments: Environments, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -31,6 +31,7 @@ def _records(run: Path, name: str = "fit") -> list[dict[str, Any]]:
     return [json.loads(path.read_text()) for path in sorted(run.glob(f"{name}_rank*.json"))]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "name", ["estimated_onecycle", "estimated_onecycle_lightning", "estimated_model_parallel"]
 )
@@ -47,6 +48,7 @@ def test_a_schedule_sized_from_the_estimated_steps_resumes_exactly(runs: Path, n
     assert set(epoch0) == set(range(LENGTH))
 
 
+@pytest.mark.long
 def test_a_dataloader_subclass_keeps_its_class_and_behaviour(runs: Path) -> None:
     """Training and predict loaders stay the user's class with its attributes; its ``__iter__`` runs."""
     mine, plain = _records(runs / "subclass" / "train"), _records(runs / "subclass" / "plain")
@@ -64,6 +66,7 @@ def test_a_dataloader_subclass_keeps_its_class_and_behaviour(runs: Path) -> None
     assert sorted(ids) == list(range(LENGTH - 3)), "every sample predicted once"
 
 
+@pytest.mark.long
 def test_a_stream_its_workers_split_moves_to_more_processes_mid_epoch_without_loss(runs: Path) -> None:
     """31 ids, 2 workers, batch 2: 3 steps on 2 processes, then the rest on 3 processes, in the epoch's order."""
     root = runs / "stream"
@@ -86,6 +89,7 @@ def test_a_stream_its_workers_split_moves_to_more_processes_mid_epoch_without_lo
     assert sorted(Counter(order(resumed, 1))) == list(range(31)), "the next epoch runs whole on 3"
 
 
+@pytest.mark.long
 def test_fabric_epochs_left_early_still_move_on(tmp_path: Path) -> None:
     """Breaking out of each epoch after a few batches: each epoch is the start of the whole epoch's order
     (a new order each epoch), and the saved state is in the epoch reached."""
@@ -97,6 +101,7 @@ def test_fabric_epochs_left_early_still_move_on(tmp_path: Path) -> None:
         assert record["whole_state_epoch"] == 3 and record["broken_state_epoch"] == 2
 
 
+@pytest.mark.long
 def test_a_misspelled_stage_key_is_refused_at_set_up_on_every_rank(tmp_path: Path) -> None:
     run_command(script("combinations", "misspelled", str(tmp_path)), timeout=300)
     for rank in (0, 1):
@@ -106,6 +111,7 @@ def test_a_misspelled_stage_key_is_refused_at_set_up_on_every_rank(tmp_path: Pat
     assert not list(tmp_path.glob("fit_rank*.json")), "no rank trained"
 
 
+@pytest.mark.long
 def test_the_seed_constructor_gives_a_stateful_loader_on_every_process(tmp_path: Path) -> None:
     run_command(
         script("launch", "2", "tests.scripts.combinations", "stateful_constructor", str(tmp_path)),

@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers.runner import run_command, script
 
-pytestmark = pytest.mark.lightning
+pytestmark = [pytest.mark.lightning, pytest.mark.long]
 
 
 @pytest.fixture(scope="module")

@@ -93,6 +93,7 @@ def test_predict_returns_every_sample_once_in_order_on_rank_0(fits: tuple[Path, 
     )
 
 
+@pytest.mark.long
 def test_a_mid_epoch_checkpoint_resumes_exactly_with_workers(
     tmp_path_factory: pytest.TempPathFactory, data: str
 ) -> None:

@@ -12,7 +12,7 @@ from tests.helpers.lightning_app import read_records
 from tests.helpers.runner import ROOT, kill_group, run_command
 from tests.helpers.torchrun import free_port
 
-pytestmark = pytest.mark.lightning
+pytestmark = [pytest.mark.lightning, pytest.mark.long]
 
 
 def _torchrun(node_rank: int, port: int, out: Path) -> list[str]:

@@ -230,6 +230,7 @@ def _resumed_ids(run: Path, world_size: int) -> list[int]:
     ]
 
 
+@pytest.mark.long
 def test_restart_on_2_processes_loses_and_repeats_nothing(restarted: Path) -> None:
     before, after = _checkpointed_ids(restarted), _resumed_ids(restarted / "restart2", 2)
     counts = Counter(before + after)
@@ -245,6 +246,7 @@ def test_restart_on_2_processes_loses_and_repeats_nothing(restarted: Path) -> No
     print(f"restart on 2: {len(before)} ids before the checkpoint + {len(after)} after, 0 lost, 6 padded")
 
 
+@pytest.mark.long
 def test_restart_on_1_process_loses_and_repeats_nothing(restarted: Path) -> None:
     before, after = _checkpointed_ids(restarted), _resumed_ids(restarted / "restart1", 1)
     assert sorted(before + after) == list(range(LENGTH)), "each sample exactly once"
@@ -255,6 +257,7 @@ def test_restart_on_1_process_loses_and_repeats_nothing(restarted: Path) -> None
     print(f"restart on 1: {len(before)} ids before the checkpoint + {len(after)} after, 0 lost, 0 repeated")
 
 
+@pytest.mark.long
 def test_restart_on_3_processes_loses_and_repeats_nothing(restarted: Path) -> None:
     before, after = _checkpointed_ids(restarted), _resumed_ids(restarted / "restart3", 3)
     counts = Counter(before + after)
@@ -264,6 +267,7 @@ def test_restart_on_3_processes_loses_and_repeats_nothing(restarted: Path) -> No
     print(f"restart on 3: {len(before)} ids before the checkpoint + {len(after)} after, 0 lost, 6 padded")
 
 
+@pytest.mark.long
 def test_a_fit_killed_on_1_process_restarts_on_2(restarted: Path) -> None:
     before = [i for step in _steps(restarted / "kill1", 0) if step["step"] <= 4 for i in step["ids"]]
     after = _resumed_ids(restarted / "restart1to2", 2)
@@ -274,6 +278,7 @@ def test_a_fit_killed_on_1_process_restarts_on_2(restarted: Path) -> None:
     print(f"restart 1 -> 2: {len(before)} ids before the checkpoint + {len(after)} after, 0 lost, 6 padded")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("run", "padding", "recorded", "next_padding"),
     [("restart2", 6, 32, 6), ("restart1", 0, 32, 0), ("restart3", 6, 32, 10), ("restart1to2", 6, 16, 6)],

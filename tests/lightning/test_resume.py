@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers.runner import run_command, script
 
-pytestmark = pytest.mark.lightning
+pytestmark = [pytest.mark.lightning, pytest.mark.long]
 
 LENGTH, BATCH, STOP_AT = 50, 4, 3
 

@@ -58,6 +58,7 @@ def _global_order(steps: list[list[list[Any]]], epoch: int) -> list[int]:
 
 
 @pytest.mark.lightning
+@pytest.mark.long
 @pytest.mark.parametrize("devices", [2, 1])
 def test_a_mid_epoch_checkpoint_resumes_the_keyed_order_exactly(runs: Path, devices: int) -> None:
     whole = [

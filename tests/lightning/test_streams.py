@@ -78,6 +78,7 @@ def test_predict_sees_every_sample_once(uneven: tuple[Path, str], name: str, tot
     assert own and set(own) < set(range(total)), "rank 1 keeps its own part"
 
 
+@pytest.mark.long
 def test_resume_mid_epoch_while_a_share_pads_continues_exactly(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:

@@ -316,6 +316,7 @@ def test_two_processes_match_the_reference() -> None:
     _check(cases, run_distributed(run_cases, 2, cases, timeout=120, daemon=False))
 
 
+@pytest.mark.long
 def test_three_processes_match_the_reference() -> None:
     cases = grid(3, seed=3)[::3]
     _check(cases, run_distributed(run_cases, 3, cases, timeout=120, daemon=False))
@@ -351,6 +352,7 @@ def four() -> tuple[list[LoaderCase], list[dict[str, Any]]]:
     return cases, run_distributed(run_four, 4, cases, timeout=150, daemon=False)
 
 
+@pytest.mark.long
 def test_four_processes_match_the_reference(four: tuple[list[LoaderCase], list[dict[str, Any]]]) -> None:
     cases, results = four
     _check(cases, [result["grid"] for result in results])
