@@ -18,6 +18,8 @@ of ``tests/matrix/check.py`` is appended to ``OUT_DIR/results.jsonl``.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -47,6 +49,7 @@ from tests.helpers.datasets import (
 )
 from tests.helpers.lightning_app import features
 from tests.helpers.lightning_app import trainer as app_trainer
+from tests.helpers.reaper import descendants
 from tests.matrix import check
 from tests.matrix.cells import (
     BATCH,
@@ -467,7 +470,16 @@ def run_phase(cell: Cell, phase: str, run: Path, checkpoint: Path | None = None)
 
 
 def launch_phase(cell: Cell, phase: str, run: Path, checkpoint: Path | None = None) -> str | None:
-    """Run one fit; ``None`` when it succeeded, else what it raised (the kill of a rank included)."""
+    """Run one fit; ``None`` when it succeeded, else what it raised (the kill of a rank included). What the
+    fit left running (``_end_leftovers``) is ended before the next one."""
+    before = set(descendants(os.getpid()))
+    try:
+        return _fit(cell, phase, run, checkpoint)
+    finally:
+        _end_leftovers(before)
+
+
+def _fit(cell: Cell, phase: str, run: Path, checkpoint: Path | None) -> str | None:
     if cell.strategy == "model_parallel":
         command = [sys.executable, "-m", "tests.scripts.matrix_fit", "--phase", phase, cell.id, str(run)]
         done = subprocess.run([*command, str(checkpoint or "")], capture_output=True, text=True)
@@ -509,7 +521,30 @@ def run_cell(cell: Cell, out: Path, fulls: dict[str, Path]) -> dict[str, Any]:
     return verdict
 
 
+def _adopt_orphans() -> None:
+    """Make this process the parent of its descendants' orphans (Linux ``PR_SET_CHILD_SUBREAPER``).
+
+    NOTE: a SIGKILLed rank's ``DataLoader`` workers are orphaned; torch ends them from its worker loop, but
+    one blocked at exit, writing to a full result pipe that its sibling holds open, lives on, and with it
+    this launch's output: the runner then waits out its whole bound (seen once in `make test`). Adopted,
+    they are this process's descendants, which ``_end_leftovers`` ends after each fit.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+
+
+def _end_leftovers(before: set[int]) -> None:
+    """SIGKILL (and reap) the descendants of this process that a fit started and left running."""
+    for pid in [pid for pid in descendants(os.getpid()) if pid not in before]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
 def main(out: Path, ids: list[str]) -> None:
+    _adopt_orphans()
     out.mkdir(parents=True, exist_ok=True)
     fulls: dict[str, Path] = {}
     for index, text in enumerate(ids, 1):
