@@ -23,10 +23,15 @@ _DOC = "doc"
 _STRATEGY_DEFAULT = "strategy_default"
 
 
-def _option(default: Any, doc: str, **strategy: Any) -> Any:
-    """A dataclass field with its documentation; ``strategy_default`` (metadata key ``_STRATEGY_DEFAULT``)
-    when a strategy defaults otherwise."""
-    return field(default=default, metadata={_DOC: doc, **strategy})
+_NO_STRATEGY_DEFAULT: Any = object()
+
+
+def _option(default: Any, doc: str, *, strategy_default: Any = _NO_STRATEGY_DEFAULT) -> Any:
+    """A dataclass field with its documentation; ``strategy_default`` when a strategy defaults otherwise."""
+    metadata = {_DOC: doc}
+    if strategy_default is not _NO_STRATEGY_DEFAULT:
+        metadata[_STRATEGY_DEFAULT] = strategy_default
+    return field(default=default, metadata=metadata)
 
 
 _O = TypeVar("_O", bound="_Options")

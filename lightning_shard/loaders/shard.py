@@ -312,9 +312,11 @@ def _index_source_with_cursor(dataset: Any, kwargs: dict[str, Any]) -> dict[str,
 
 def _default_batch_sampler(dataset: Any, kwargs: dict[str, Any]) -> BatchSampler:
     """The batch sampler ``DataLoader`` would build from ``batch_size`` / ``shuffle`` / ``sampler``."""
-    sampler = kwargs.pop("sampler", None)
-    if kwargs.pop("shuffle", None) and sampler is None:
-        sampler = RandomSampler(dataset, generator=kwargs.get("generator"))
-    elif sampler is None:
-        sampler = SequentialSampler(dataset)
+    sampler, shuffle = kwargs.pop("sampler", None), kwargs.pop("shuffle", None)
+    if sampler is None:
+        sampler = (
+            RandomSampler(dataset, generator=kwargs.get("generator"))
+            if shuffle
+            else SequentialSampler(dataset)
+        )
     return BatchSampler(sampler, kwargs.pop("batch_size", 1), kwargs.pop("drop_last", False))
