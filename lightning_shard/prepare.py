@@ -248,6 +248,7 @@ def _build_iterable_shard(
             process_index=topology.process_index,
             split_batches=options.split_batches,
             even_batches=topology.num_processes > 1 and stream_ends == SAME,
+            fingerprinted=_checked_same(dataloader.dataset, topology),
         )
         generator = getattr(dataloader.dataset, "generator", None)
         generator = generator if isinstance(generator, torch.Generator) else None
@@ -280,6 +281,13 @@ def _build_iterable_shard(
         stream_ends=stream_ends,
         **loader_settings(dataloader),
     )
+
+
+def _checked_same(dataset: Any, topology: Topology) -> bool:
+    """Whether a strided stream's processes check that they read the same stream (at each epoch's first
+    fetch): always on several processes, unless the dataset declares that it does (``splits_by_rank =
+    False``: its elements may be random, so that their contents differ)."""
+    return topology.num_processes > 1 and getattr(dataset, "splits_by_rank", None) is not False
 
 
 def _build_dispatcher(

@@ -12,7 +12,15 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, SequentialSampler
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+    default_collate,
+    default_convert,
+)
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lightning_shard._checks import check_non_negative
@@ -26,12 +34,14 @@ from lightning_shard.loaders.main_draws import epoch_seed, fetch_seed, fetches_m
 from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.settings import loader_settings, sampler_kind
+from lightning_shard.loaders.stream_agreement import checked_first
 from lightning_shard.loaders.stream_replay import replayed_batches
 from lightning_shard.loaders.streams import SHORTEST, StreamEnds, StreamRun, stream_ends_for, stream_sharding
 from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.native_stream import STRIDED_STREAM, NativeStreamShard
 from lightning_shard.sampling.samplers import SampleShard
+from lightning_shard.sampling.stream_fingerprint import CollateFingerprinted
 
 
 class DataLoaderShard(ResumableLoader):
@@ -79,7 +89,7 @@ class DataLoaderShard(ResumableLoader):
     ) -> None:
         skip_batches = check_non_negative("skip_batches", skip_batches)
         self.rng_types = normalize_rng_types(rng_types, synchronized_generator)
-        kwargs = _index_source_with_cursor(dataset, kwargs)
+        kwargs = _collate_fingerprinted(dataset, _index_source_with_cursor(dataset, kwargs))
         init_data_loader(self, dataset, **kwargs)
         self.device = None if device is None else torch.device(device)
         self.non_blocking = non_blocking
@@ -178,6 +188,13 @@ class DataLoaderShard(ResumableLoader):
     # -- iteration --------------------------------------------------------------------------------
     def _epoch(self, position: Position) -> Generator[tuple[Any, bool], None, None]:
         loaded = self._user_batches() if self.cursor is None else self._isolated_batches(position)
+        shard = self.dataset
+        if isinstance(shard, IterableDatasetShard) and shard.fingerprinted:
+            compare = self.stream is not None and self.stream.spans_group
+            loaded = checked_first(
+                loaded, shard.dataset, shard.num_processes, shard.process_index,
+                compare=compare, pin=self.pin_memory, in_order=getattr(self, "in_order", True),
+            )  # fmt: skip
         batches = itertools.islice(loaded, self._discard, None) if self._discard else loaded
         move = None
         if self.device is not None:
@@ -292,6 +309,19 @@ def _one(batch: Any) -> int:
 
 def _user_dataset(dataset: Any) -> Any:
     return dataset.dataset if isinstance(dataset, (IterableDatasetShard, NativeStreamShard)) else dataset
+
+
+def _collate_fingerprinted(dataset: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The collate of a strided stream whose first element carries a fingerprint (``IterableDatasetShard``'s
+    ``fingerprinted``): the user's, passing the fingerprint on (``CollateFingerprinted``)."""
+    if not (isinstance(dataset, IterableDatasetShard) and dataset.fingerprinted):
+        return kwargs
+    collate = kwargs.get("collate_fn")
+    if isinstance(collate, CollateFingerprinted):
+        return kwargs
+    if collate is None:
+        collate = default_collate if kwargs.get("batch_size", 1) is not None else default_convert
+    return {**kwargs, "collate_fn": CollateFingerprinted(collate)}
 
 
 def _index_source_with_cursor(dataset: Any, kwargs: dict[str, Any]) -> dict[str, Any]:

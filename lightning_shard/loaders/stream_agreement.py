@@ -1,18 +1,21 @@
 """How a stream's processes learn that one of their shares ended: ``Agreement`` (one asynchronous
 all-reduce of one integer per fetch) and ``Share`` (a process's batches: the real pass over its share,
 then passes from its start as padding); used by ``StreamRun`` (``loaders/streams.py``; docs/DESIGN.md,
-"Streaming data", "Scale")."""
+"Streaming data", "Scale"). And ``check_same_stream``: whether a strided stream's processes read the same
+first elements ("Streams that split themselves")."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from lightning_shard.comm.collectives import all_gather_objects, communication_device
+from lightning_shard.comm.tree import map_leaves
+from lightning_shard.sampling.stream_fingerprint import Fingerprint, Fingerprinted
 
 END = object()
 """What ``Share.fetch`` returns once the real pass is over."""
@@ -31,6 +34,79 @@ def all_ended(count: int, ended_here: bool, step: int) -> bool:
             "`DataLoader` without `prepare_data_loader`."
         )
     return count > 0
+
+
+_UNKNOWN = (-1, -(2**62) - 1)
+"""What a process that read no element sends: below every digest, so the others decide."""
+
+
+def check_same_stream(seen: Fingerprint | None, dataset: Any, num_processes: int, process_index: int) -> None:
+    """Raise on every process unless every process that read elements read the same first global batch.
+
+    One all-reduce (a maximum) of three integers, whatever the number of processes: the largest digest,
+    the negated smallest, and whether any was a digest of whole contents.
+    """
+    sent = _UNKNOWN if seen is None else (seen.digest, -seen.digest)
+    values = torch.tensor([*sent, int(seen is not None and seen.by_content)], device=communication_device())
+    dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    largest, smallest, by_content = int(values[0]), -int(values[1]), bool(values[2])
+    if largest < 0 or largest == smallest:
+        return
+    name = type(dataset).__name__
+    shown = "nothing" if seen is None else ", ".join(seen.shown)
+    message = (
+        f"lightning_shard: the processes read different first elements from the iterable dataset `{name}`, so it "
+        f"does not yield the same stream on every process, which striding needs: each process would keep "
+        f"1/{num_processes} of what it reads, and the rest would never be seen. This process ({process_index} of "
+        f"{num_processes}) read first: {shown}. If `{name}` splits itself by rank (a "
+        "`torch.distributed.get_rank()` in its `__iter__`, webdataset's `split_by_node`, ...), declare "
+        f"`splits_by_rank = True` on it: each process then reads its own share as it is. Otherwise make it "
+        "yield the same elements on every process."
+    )
+    if by_content:
+        message += (
+            " Nothing in its elements names them (no `__key__` or `id` key, no integer or string field), so "
+            "their whole contents were compared: if every process does read the same stream and its elements "
+            f"are random (augmentation drawn in `__iter__`), declare `splits_by_rank = False` on `{name}` to "
+            "skip this check."
+        )
+    raise RuntimeError(message)
+
+
+def checked_first(
+    batches: Iterator[Any],
+    dataset: Any,
+    num_processes: int,
+    process_index: int,
+    *,
+    compare: bool,
+    pin: bool,
+    in_order: bool,
+) -> Generator[Any, None, None]:
+    """``batches`` once every process read the same first elements (``check_same_stream``, at the first
+    fetch, when ``compare``: every rank of the group iterates the stream): the first batch's
+    ``Fingerprinted`` wrapper is taken off (and its tensors pinned with ``pin``).
+
+    NOTE: only the first batch can carry a fingerprint when the ``DataLoader`` delivers its workers' batches
+    in order (the first worker's first batch comes first); without ``in_order`` every batch is looked at.
+    """
+    first = next(batches, END)
+    seen = None
+    if type(first) is Fingerprinted:
+        seen, first = first.fingerprint, first.value
+        if pin and torch.cuda.is_available():
+            first = map_leaves(
+                lambda leaf: leaf.pin_memory() if isinstance(leaf, torch.Tensor) else leaf, first
+            )
+    if compare:
+        check_same_stream(seen, dataset, num_processes, process_index)
+    if first is END:
+        return
+    yield first
+    if in_order:
+        yield from batches
+    else:
+        yield from (batch.value if type(batch) is Fingerprinted else batch for batch in batches)
 
 
 class Share:

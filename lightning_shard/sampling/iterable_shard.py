@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import IterableDataset
+from torch.utils.data import IterableDataset, get_worker_info
 
 from lightning_shard._checks import (
     check_non_negative,
@@ -15,6 +15,7 @@ from lightning_shard._checks import (
     check_process_index,
     check_split_batch_size,
 )
+from lightning_shard.sampling.stream_fingerprint import Fingerprinted, fingerprint
 
 
 class IterableDatasetShard(IterableDataset):
@@ -35,6 +36,9 @@ class IterableDatasetShard(IterableDataset):
         even_batches: pad the last global batch (the reference always does); ``False`` yields its
             remainder unpadded, as a plain ``DataLoader`` does (``prepare_data_loader`` uses that
             for a single process only, where the reference does not shard at all).
+        fingerprinted: mark the first element each epoch yields (in the main process or the first
+            ``DataLoader`` worker) with the ``Fingerprint`` of the first global batch read, which the
+            loader compares across processes (``sampling/stream_fingerprint.py``).
 
     Raises:
         TypeError / ValueError: on a bad ``num_processes``, ``process_index`` or ``batch_size``, or
@@ -51,6 +55,7 @@ class IterableDatasetShard(IterableDataset):
         split_batches: bool = False,
         *,
         even_batches: bool = True,
+        fingerprinted: bool = False,
     ) -> None:
         self.num_processes = check_num_processes(num_processes)
         self.process_index = check_process_index(process_index, self.num_processes)
@@ -62,6 +67,7 @@ class IterableDatasetShard(IterableDataset):
         self.drop_last = drop_last
         self.split_batches = split_batches
         self.even_batches = even_batches
+        self.fingerprinted = fingerprinted
         self.epoch = 0
         self._skip_steps = 0
         self._skip_elements = 0
@@ -119,6 +125,8 @@ class IterableDatasetShard(IterableDataset):
         self.seed_dataset_generator()
         skip_steps, skip_elements = self._skip_steps, self._skip_elements
         self._skip_steps = self._skip_elements = 0
+        info = get_worker_info()
+        mark = self.fingerprinted and (info is None or info.id == 0)
         width, size = self.process_batch_size, self.global_batch_size
         lo, hi = self.process_index * width, (self.process_index + 1) * width
         stream = iter(self.dataset)
@@ -128,18 +136,24 @@ class IterableDatasetShard(IterableDataset):
         for element in stream:
             current.append(element)
             if len(current) == size:
-                if step >= skip_steps:
-                    yield from current[lo:hi]
-                step += 1
                 first = first if first is not None else current
+                if step >= skip_steps:
+                    yield from _marked(current[lo:hi], first) if mark else current[lo:hi]
+                    mark = False
+                step += 1
                 current = []
         if self.drop_last or not current or step < skip_steps:
             return
+        head = first if first is not None else list(current)
         if self.even_batches:
-            pool = first if first is not None else list(current)
             while len(current) < size:
-                current += pool
-        yield from current[lo:hi]
+                current += head
+        yield from _marked(current[lo:hi], head) if mark else current[lo:hi]
+
+
+def _marked(part: list[Any], head: list[Any]) -> list[Any]:
+    """``part`` with its first element ``Fingerprinted`` by ``head``, the first global batch read."""
+    return [Fingerprinted(part[0], fingerprint(head)), *part[1:]] if part else part
 
 
 def _read_head(stream: Iterator[Any], count: int, size: int) -> list[Any] | None:

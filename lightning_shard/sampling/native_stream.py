@@ -118,9 +118,10 @@ def say_fallback(sharding: StreamSharding, num_processes: int, process_index: in
     # NOTE: the warnings module shows each distinct message once per process, so no registry of our own.
     warnings.warn(
         f"lightning_shard: every process reads the whole iterable dataset and keeps 1/{num_processes} of it, "
-        f"because {sharding.reason}. To read each sample once in the job, give the dataset `n_shards` and "
-        "`shard(num_shards, index)` (README, \"Streaming data\"); pass `iterable_sharding='stride'` to "
-        "keep striding without this message.",
+        f"because {sharding.reason}. That needs the same stream on every process, which the processes check "
+        "at each epoch's first batch. To read each sample once in the job, give the dataset `n_shards` and "
+        '`shard(num_shards, index)` (README, "Streaming data"), or, if it splits itself by rank, declare '
+        "`splits_by_rank = True` on it; pass `iterable_sharding='stride'` to keep striding without this message.",
         StreamShardingWarning,
         stacklevel=4,
     )

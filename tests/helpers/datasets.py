@@ -140,3 +140,48 @@ class RankSplitIdStream(IterableDataset):
         workers, worker = worker_split()
         for shard in self.shards[rank::size][worker::workers]:
             yield from shard
+
+
+class UndeclaredRankSplitIdStream(RankSplitIdStream):
+    """``RankSplitIdStream`` that does not declare its split: a user's stream calling
+    ``torch.distributed.get_rank()`` in ``__iter__``, which nothing can recognise."""
+
+    splits_by_rank = None
+
+
+def _unseeded_noise(size: int) -> torch.Tensor:
+    """``size`` floats from a generator seeded by the operating system: different in every process."""
+    import os
+
+    return torch.rand(size, generator=torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little")))
+
+
+class AugmentedIdStream(IterableDataset):
+    """The same ids on every process (split among ``DataLoader`` workers), each with a random "augmented"
+    feature drawn in ``__iter__`` from an unseeded generator: ``{"x": noise + id, "id": id}``."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __iter__(self) -> Iterator[dict[str, object]]:
+        workers, worker = worker_split()
+        for index in range(worker, self.length, workers):
+            yield {"x": _unseeded_noise(2) + index, "id": index}
+
+
+class NoiseStream(IterableDataset):
+    """``length`` random feature vectors and nothing that names them (different in every process)."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        workers, worker = worker_split()
+        for _ in range(worker, self.length, workers):
+            yield _unseeded_noise(3)
+
+
+class DeclaredNoiseStream(NoiseStream):
+    """``NoiseStream`` declaring that every process reads the same stream (its elements are random)."""
+
+    splits_by_rank = False
