@@ -61,4 +61,4 @@ __all__ = [
     "prepare_data_loader",
     "skip_first_batches",
 ]
-__version__ = "0.3.0"
+__version__ = "0.4.0"
