@@ -17,6 +17,12 @@ TORCH_PIN := tests/torch-constraints.txt
 # without its dependencies, and these (its own, less `torchvision`) install beside it under the torch pin.
 LITDATA := litdata==0.2.76
 LITDATA_DEPS := lightning-utilities filelock numpy boto3 requests "urllib3>=1.26" tifffile obstore
+# NOTE: mosaicml-streaming (a test dependency, as LitData) requires `torchvision` and `transformers` too, and
+# the cloud SDKs; the core the tests use (a local MDS dataset) needs only these, which install beside it.
+# Its package `__init__` imports its vision and text modules, so the tests import its core without it
+# (`tests/helpers/mosaic.py`).
+MOSAIC := mosaicml-streaming==0.13.0
+MOSAIC_DEPS := numpy "xxhash<4" zstd Brotli "python-snappy<1" catalogue pillow tqdm filelock
 
 .PHONY: demo test test-long docs dist test-oldest test-matrix test-ray bench gpu-check
 
@@ -28,6 +34,8 @@ $(STAMP): pyproject.toml $(TORCH_PIN)
 	$(PY) -m pip install -q -c $(TORCH_PIN) -e ".[test,dev]"
 	$(PY) -m pip install -q -c $(TORCH_PIN) --no-deps $(LITDATA)
 	$(PY) -m pip install -q -c $(TORCH_PIN) $(LITDATA_DEPS)
+	$(PY) -m pip install -q -c $(TORCH_PIN) --no-deps $(MOSAIC)
+	$(PY) -m pip install -q -c $(TORCH_PIN) $(MOSAIC_DEPS)
 	# NOTE: in case anything else pulled `torchvision` in; then check that LitData imports and torch is the pin.
 	$(PY) -m pip uninstall -q -y torchvision
 	$(PY) -c "import litdata, torch, importlib.util as u; assert torch.__version__.startswith('2.13.0'), torch.__version__; assert u.find_spec('torchvision') is None"

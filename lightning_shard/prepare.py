@@ -21,15 +21,14 @@ from lightning_shard.options import ShardOptions
 from lightning_shard.sampling.balance import BALANCED, EvenBatches
 from lightning_shard.sampling.batch_shard import BatchSamplerShard
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
-from lightning_shard.sampling.litdata_stream import is_litdata, split_litdata
 from lightning_shard.sampling.native_stream import (
     STRIDED_STREAM,
     IterableSharding,
     NativeStreamShard,
     choose_stream_sharding,
     say_fallback,
+    self_split,
     split_among_workers,
-    splits_by_rank,
 )
 from lightning_shard.sampling.own_sampler import generator_of, recorded_batch_sampler
 from lightning_shard.sampling.samplers import SampleShard
@@ -253,9 +252,12 @@ def _build_iterable_shard(
         generator = getattr(dataloader.dataset, "generator", None)
         generator = generator if isinstance(generator, torch.Generator) else None
     else:
-        split_litdata(
-            dataloader.dataset, topology.num_processes, topology.process_index, dataloader.drop_last
-        )
+        library = sharding.library
+        if library is not None:
+            library.split(topology.num_processes, topology.process_index, dataloader.drop_last)
+            library.check_batches(
+                per_process_batch(dataloader.batch_size, options, topology), dataloader.num_workers
+            )
         dataset = NativeStreamShard(
             dataloader.dataset,
             sharding.kind,
@@ -263,9 +265,9 @@ def _build_iterable_shard(
             topology.process_index,
             batch_size=dataloader.batch_size,
             split_batches=options.split_batches,
+            library=library,
         )
         generator = None
-    per_process = batch_size // topology.num_processes if options.split_batches else batch_size
     return _construct(
         DataLoaderShard,
         dataloader,
@@ -276,11 +278,18 @@ def _build_iterable_shard(
         use_stateful_dataloader=options.use_stateful_dataloader,
         non_blocking=options.non_blocking,
         topology=topology,
-        batch_size=per_process if dataloader.batch_size is not None else None,
+        batch_size=per_process_batch(dataloader.batch_size, options, topology),
         drop_last=dataloader.drop_last,
         stream_ends=stream_ends,
         **loader_settings(dataloader),
     )
+
+
+def per_process_batch(batch_size: int | None, options: ShardOptions, topology: Topology) -> int | None:
+    """What each process's batches of a stream hold (``None``: single samples)."""
+    if batch_size is None:
+        return None
+    return batch_size // topology.num_processes if options.split_batches else batch_size
 
 
 def _checked_same(dataset: Any, topology: Topology) -> bool:
@@ -298,7 +307,9 @@ def _build_dispatcher(
     dataset = dataloader.dataset
     if isinstance(dataset, IterableDataset):
         kwargs.update(batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
-        split_litdata(dataset, 1, 0, dataloader.drop_last)  # NOTE: process 0 reads all of it.
+        library = self_split(dataset)
+        if library is not None and library.dispatchable:
+            library.split(1, 0, dataloader.drop_last)  # NOTE: process 0 reads all of it.
         dataset = split_among_workers(dataset, dataloader.num_workers)
     else:
         user_batch_sampler = _batch_sampler(dataloader)
@@ -328,11 +339,11 @@ def _build_dispatcher(
 
 def _check_dispatch_stream(dataset: Any, topology: Topology) -> None:
     """Refuse dispatching a stream that splits itself by rank: process 0 would read its own part only."""
-    splits = splits_by_rank(dataset)
-    if splits is None or topology.num_processes == 1 or is_litdata(dataset):
-        return  # NOTE: LitData is told to read for one process (`split_litdata`): process 0 reads it all.
+    splits = self_split(dataset)
+    if splits is None or topology.num_processes == 1 or splits.dispatchable:
+        return  # NOTE: a dispatchable one is told to read for one process: process 0 reads it all.
     raise ValueError(
-        f"`dispatch_batches=True` over a dataset that {splits}: process 0 loads for every process, but this "
+        f"`dispatch_batches=True` over a dataset that {splits.reason}: process 0 loads for every process, but this "
         f"dataset gives process 0 only its own 1/{topology.num_processes}, so the other parts would never be "
         "read. Use `dispatch_batches=False` (each process reads its own part, passed through), or give the "
         "dataset unsplit."

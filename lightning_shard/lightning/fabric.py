@@ -29,6 +29,7 @@ from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import StrategyRegistryType, register_names
 from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.stages import is_shard_loader
+from lightning_shard.lightning.torchrun import export_rank_variables
 from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_with_options
 from lightning_shard.sampling.balance import EvenBatches
@@ -96,6 +97,9 @@ class ShardFabricStrategy(DDPStrategy):
     def setup_environment(self) -> None:
         super().setup_environment()
         destroy_group_at_exit()
+        export_rank_variables(
+            self.global_rank, self.world_size, self.local_rank, len(self.parallel_devices or ())
+        )
 
     @property
     def topology(self) -> Topology:

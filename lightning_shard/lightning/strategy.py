@@ -23,6 +23,7 @@ from lightning_shard.lightning.plan import ShardPlan
 from lightning_shard.lightning.schedulers import SchedulerScaling
 from lightning_shard.lightning.sharding import StrategySharding, exact_mean
 from lightning_shard.lightning.stages import ShardLoader
+from lightning_shard.lightning.torchrun import export_rank_variables
 from lightning_shard.loaders.streams import StreamReport
 from lightning_shard.options import ShardOptions, StrategyOptions
 from lightning_shard.sampling.balance import EvenBatches
@@ -142,6 +143,9 @@ class ShardingHooks(ParallelStrategy):
     def setup_environment(self) -> None:
         super().setup_environment()
         destroy_group_at_exit()
+        export_rank_variables(
+            self.global_rank, self.world_size, self.local_rank, len(self.parallel_devices or ())
+        )
 
     @override
     def connect(self, model: pl.LightningModule) -> None:

@@ -1,5 +1,13 @@
-"""What an elastic ``torchrun`` launch needs that the strategy can see from inside a worker
-(docs/guides/multi-machine.md, docs/DESIGN.md "Lightning adapter").
+"""The launch environment: the rank variables ``torchrun`` sets, and what an elastic ``torchrun`` launch needs
+that the strategy can see from inside a worker (docs/guides/multi-machine.md, docs/DESIGN.md "Lightning
+adapter").
+
+Lightning's own launchers set ``WORLD_SIZE``, ``LOCAL_RANK`` and ``NODE_RANK``, but not ``RANK`` and
+``LOCAL_WORLD_SIZE``, which ``torchrun`` sets and streaming libraries read: webdataset's ``split_by_node``
+in a ``DataLoader`` worker started by ``spawn`` or ``forkserver`` (which has no process group: without
+``RANK`` it reads everything in every process), and mosaicml-streaming when a dataset is built (without them
+every process takes itself for rank 0). So the strategies export all four, as ``torchrun`` would, once their
+process group runs (``export_rank_variables``), as Lightning's DeepSpeed strategy does.
 
 torch shares the rendezvous' TCP store with the workers by default, and the agent that is rank 0 publishes
 its address (``MASTER_ADDR``) only at its first rendezvous: a node that joins a running elastic job
@@ -17,6 +25,17 @@ from pathlib import Path
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 SHARE_SETTING = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+def export_rank_variables(global_rank: int, world_size: int, local_rank: int, local_world_size: int) -> None:
+    """Set ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` as ``torchrun`` does (their values
+    under ``torchrun``, so a ``torchrun`` launch keeps its own)."""
+    os.environ.update(
+        RANK=str(global_rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(local_rank),
+        LOCAL_WORLD_SIZE=str(local_world_size),
+    )
 
 
 def node_range(arguments: Sequence[str], environ: Mapping[str, str]) -> tuple[int, int] | None:

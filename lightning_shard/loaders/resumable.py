@@ -28,6 +28,7 @@ from lightning_shard.sampling.native_stream import STREAM_KINDS
 
 if TYPE_CHECKING:
     from lightning_shard.loaders.streams import StreamRun
+    from lightning_shard.sampling.self_split import SelfSplit
 
 
 class IndexSource(Protocol):
@@ -53,7 +54,8 @@ class Resumption:
         source: the loader's ``IndexSource``.
         skip_batches: steps to skip at the start of the first iteration.
         stream: the loader's ``StreamRun`` (per-process stream ends, saved and restored), if any.
-        dataset: the user's dataset (it names why a stream's shares do not carry over).
+        library: how a stream that splits itself does it (why its shares do not carry over, or how the
+            library itself resumes a position), if it does.
     """
 
     def __init__(
@@ -62,11 +64,11 @@ class Resumption:
         *,
         skip_batches: int = 0,
         stream: StreamRun | None = None,
-        dataset: Any = None,
+        library: SelfSplit | None = None,
     ) -> None:
         self.source = source
         self.stream = stream
-        self.dataset = dataset
+        self.library = library
         self.position = Position()
         """The epoch in progress (or the next), updated at every batch."""
         self.pending: Position | None = None
@@ -194,6 +196,14 @@ class Resumption:
         )
 
     # -- state ------------------------------------------------------------------------------------
+    def _hand_to_library(self, saved: LoaderState) -> bool:
+        """Give a position within an epoch to a library that continues it itself; whether it was given."""
+        library, at = self.library, saved.position
+        if library is None or not library.resumes_itself or saved.library is None or at.steps == 0:
+            return False
+        library.restore(saved.library, at.epoch or 0, saved.consumed)
+        return True
+
     def state_dict(self, steps: int | None = None) -> dict[str, Any]:
         """The position as plain data, the same on every process (see ``ResumableLoader.state_dict``)."""
         hook = self.resume_hook
@@ -219,23 +229,28 @@ class Resumption:
                 "resumed on this number of processes. Pass the steps consumed in the whole epoch."
             )
         workers = self.source.workers() if position.workers is None else position.workers
+        epoch, consumed = position.epoch or 0, position.base + (steps - position.base_steps) * info.step_size
+        library = self.library
         return LoaderState(
             info,
-            replace(position, epoch=position.epoch or 0, steps=steps, workers=workers),
-            consumed=position.base + (steps - position.base_steps) * info.step_size,
+            replace(position, epoch=epoch, steps=steps, workers=workers),
+            consumed=consumed,
             world_size=world_size() if is_distributed() else None,
             streams=None if self.stream is None else self.stream.state_dict(steps)["streams"],
+            library=library.save(epoch, consumed) if library is not None and library.resumes_itself else None,
         )
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Check ``state_dict`` (``check_resumable``) and record it for the next ``iter()``."""
         info = self.source.sharding()
-        saved = check_resumable(state_dict, info, self.dataset)
+        saved = check_resumable(state_dict, info, self.library)
         if self.stream is not None:
             self.stream.load_state_dict({"streams": saved.streams})
         at, resharded = saved.position, saved.sharding.num_processes != info.num_processes
-        # NOTE: another number of processes continues after everything consumed, its steps counted as taken.
-        base, base_steps = (saved.consumed, at.steps) if resharded else (at.base, at.base_steps)
+        handed = self._hand_to_library(saved)
+        # NOTE: another number of processes continues after everything consumed, its steps counted as taken;
+        # so does a library that continues the epoch itself (the loader then skips nothing).
+        base, base_steps = (saved.consumed, at.steps) if resharded or handed else (at.base, at.base_steps)
         workers = _stream_epoch_workers(saved, info, self.source.workers())
         self.pending = replace(at, base=base, base_steps=base_steps, workers=workers)
         self.position.epoch = at.epoch

@@ -103,8 +103,9 @@ class DataLoaderShard(ResumableLoader):
         self._discard = 0
         self._replay: Callable[[], Iterator[Any]] | None = None
         """The rest of an epoch replayed in its order (``loaders/stream_replay.py``), else ``None``."""
+        library = dataset.library if isinstance(dataset, NativeStreamShard) else None
         self.resumption = Resumption(
-            _ShardSource(self), skip_batches=skip_batches, stream=self.stream, dataset=_user_dataset(dataset)
+            _ShardSource(self), skip_batches=skip_batches, stream=self.stream, library=library
         )
 
     def _seek(self, position: Position) -> None:
@@ -146,6 +147,8 @@ class DataLoaderShard(ResumableLoader):
     def _user_batches(self) -> Iterator[Any]:
         if self._replay is not None:
             return self._replay()
+        if isinstance(self.dataset, NativeStreamShard):
+            self.dataset.before_pass()
         return super()._user_batches()
 
     def fresh_copy(self) -> DataLoaderShard:

@@ -15,8 +15,8 @@ from typing import Any, get_args
 import torch
 
 from lightning_shard.loaders.position import Mode, Position, ShardingInfo
-from lightning_shard.sampling.litdata_stream import LITDATA_REASON, is_litdata
 from lightning_shard.sampling.native_stream import NATIVE_STREAM_KINDS, STRIDED_STREAM
+from lightning_shard.sampling.self_split import SelfSplit
 
 STATE_FORMAT = "lightning_shard.loader"
 STATE_VERSION = 2
@@ -26,8 +26,11 @@ READABLE_VERSIONS = (1, 2)
 _POSITION_RENAMED = {"workers": "num_workers"}
 """``Position`` fields saved under another key."""
 _POSITION_LIVE = ("in_epoch", "end")
+_WRITTEN_WHEN_SET = ("library",)
+"""Keys written only when they hold something: only some streams have them, and every other state keeps the
+keys it had."""
 """``Position`` fields of a live loader only, never saved."""
-_OPTIONAL = dict.fromkeys(("generator_state", "sampler_seed", "world_size", "sampler", "streams"))
+_OPTIONAL = dict.fromkeys(("generator_state", "sampler_seed", "world_size", "sampler", "streams", "library"))
 _OPTIONAL.update(base_steps=0, num_workers=0)
 
 
@@ -48,6 +51,8 @@ class LoaderState:
             order): ``{"ended_at": step}``, the step at which that process's share ended in this epoch
             (``None``: not yet); it tells where each process is, padding included (docs/DESIGN.md,
             "Streaming data").
+        library: for a stream whose library continues a position itself (mosaicml-streaming), that
+            library's own state as it saves it, once ``consumed`` samples of the epoch are gone; else ``None``.
     """
 
     sharding: ShardingInfo
@@ -55,6 +60,7 @@ class LoaderState:
     consumed: int
     world_size: int | None = None
     streams: list[dict[str, Any]] | None = None
+    library: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The state as plain data, with its format and version."""
@@ -63,7 +69,11 @@ class LoaderState:
             "version": STATE_VERSION,
             **asdict(self.sharding),
             **{key: getattr(self.position, name) for name, key in _POSITION_SAVED.items()},
-            **{name: getattr(self, name) for name in _OWN_SAVED},
+            **{
+                name: getattr(self, name)
+                for name in _OWN_SAVED
+                if name not in _WRITTEN_WHEN_SET or getattr(self, name) is not None
+            },
         }
 
     @classmethod
@@ -112,10 +122,11 @@ _KEYS = (*_SHARDING_SAVED, *_POSITION_SAVED.values(), *_OWN_SAVED)
 """The saved keys, in the order they are written (after ``format`` and ``version``)."""
 
 
-def check_resumable(state: Any, here: ShardingInfo, dataset: Any = None) -> LoaderState:
+def check_resumable(state: Any, here: ShardingInfo, library: SelfSplit | None = None) -> LoaderState:
     """Parse ``state`` and refuse it if a loader sharding as ``here`` cannot continue it exactly.
 
-    ``dataset`` (the user's) only names the reason a stream's shares do not carry over.
+    ``library``: how a stream that splits itself does it (why its shares do not carry over, or that the
+    library itself continues a position on any number of processes).
 
     Raises:
         ValueError: on a malformed state or another version (``LoaderState.from_dict``), or a state
@@ -131,8 +142,9 @@ def check_resumable(state: Any, here: ShardingInfo, dataset: Any = None) -> Load
         _refuse_other_setting("sampler", there.sampler, here.sampler)
     if mid_epoch and native and there.sampler != here.sampler:
         raise ValueError(_OTHER_STREAM_SHARDING.format(saved=there.sampler, here=here.sampler))
-    if mid_epoch and native and resharded:
-        raise ValueError(_other_shares(there.num_processes, here.num_processes, dataset))
+    handed = library is not None and library.resumes_itself and saved.library is not None
+    if mid_epoch and native and resharded and not handed:
+        raise ValueError(_other_shares(there.num_processes, here.num_processes, library))
     if resharded and there.sampler == STRIDED_STREAM and at.base and at.workers:
         raise ValueError(_SECOND_REPLAY.format(epoch=at.epoch, workers=at.workers, n=there.num_processes))
     return saved
@@ -164,10 +176,10 @@ _SECOND_REPLAY = (
 )
 
 
-def _other_shares(saved: int, now: int, dataset: Any) -> str:
+def _other_shares(saved: int, now: int, library: SelfSplit | None) -> str:
     reason = (
-        LITDATA_REASON.format(saved=saved, now=now)
-        if is_litdata(dataset)
+        library.other_count(saved, now)
+        if library is not None
         else "the shares (whole shards per process) and each process's position in its share do not carry over"
     )
     return (
@@ -218,6 +230,8 @@ def _valid(name: str, value: Any) -> bool:
         return value is None or is_int
     if name == "streams":
         return value is None or (isinstance(value, list) and all(_valid_stream(entry) for entry in value))
+    if name == "library":
+        return value is None or isinstance(value, dict)
     return value is None or isinstance(value, str)
 
 

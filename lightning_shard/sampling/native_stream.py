@@ -17,7 +17,8 @@ from typing import Any, Final, Literal, Protocol, TypeAlias, get_args, runtime_c
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from lightning_shard.sampling.litdata_stream import litdata_class
+from lightning_shard.sampling import litdata_stream, mosaic_stream, webdataset_stream
+from lightning_shard.sampling.self_split import Recogniser, SelfSplit, declared
 
 IterableSharding: TypeAlias = Literal["auto", "native", "stride"]
 """The values of the ``iterable_sharding`` option: how a user asks a stream to be split."""
@@ -70,6 +71,8 @@ class StreamSharding:
 
     kind: StreamKind
     reason: str
+    library: SelfSplit | None = None
+    """How a stream that splits itself does it (``SELF_SPLIT_STREAM`` only)."""
 
 
 def choose_stream_sharding(
@@ -82,15 +85,15 @@ def choose_stream_sharding(
             split twice); ``"native"`` on a dataset that cannot give each process a shard; a native
             share that ``num_workers`` workers cannot split.
     """
-    splits = splits_by_rank(dataset)
+    splits = self_split(dataset)
     if splits is not None:
         if mode == "stride" and num_processes > 1:
             raise ValueError(
-                f"`iterable_sharding='stride'` on a dataset that {splits}: every process would keep 1/{num_processes} "
-                f"of its own 1/{num_processes}. Use `iterable_sharding='auto'` (it is passed through), or give "
-                "the dataset unsplit."
+                f"`iterable_sharding='stride'` on a dataset that {splits.reason}: every process would keep "
+                f"1/{num_processes} of its own 1/{num_processes}. Use `iterable_sharding='auto'` (it is passed "
+                "through), or give the dataset unsplit."
             )
-        return StreamSharding(SELF_SPLIT_STREAM, splits)
+        return StreamSharding(SELF_SPLIT_STREAM, splits.reason, splits)
     if num_processes == 1 or mode == "stride":
         return StreamSharding(
             STRIDED_STREAM, "one process" if num_processes == 1 else "`iterable_sharding='stride'`"
@@ -173,19 +176,36 @@ def is_hugging_face(dataset: Any) -> bool:
     )
 
 
-def splits_by_rank(dataset: Any) -> str | None:
+def _hugging_face_split(dataset: Any) -> SelfSplit | None:
+    """A Hugging Face dataset passed through ``datasets.distributed.split_dataset_by_node``."""
+    # NOTE: `split_dataset_by_node` records the rank on the dataset; `datasets` offers no public getter.
+    if is_hugging_face(dataset) and getattr(dataset, "_distributed", None) is not None:
+        return SelfSplit(dataset, "was split by `datasets.distributed.split_dataset_by_node`")
+    return None
+
+
+SELF_SPLITTING: tuple[Recogniser, ...] = (
+    declared,
+    _hugging_face_split,
+    litdata_stream.recognise,
+    webdataset_stream.recognise,
+    mosaic_stream.recognise,
+)
+"""Who recognises a dataset that splits itself by rank, first match first (``self_split``)."""
+
+
+def self_split(dataset: Any) -> SelfSplit | None:
     """How ``dataset`` already splits itself by rank (then it must not be sharded again), or ``None``.
 
     Recognised: ``splits_by_rank = True`` on the dataset (declared), a Hugging Face dataset passed
-    through ``datasets.distributed.split_dataset_by_node``, and LitData's streaming datasets.
+    through ``datasets.distributed.split_dataset_by_node``, LitData's streaming datasets, webdataset pipelines
+    split by ``split_by_node``, and mosaicml-streaming's ``StreamingDataset``.
     """
-    if getattr(dataset, "splits_by_rank", False) is True:
-        return "declares `splits_by_rank = True`"
-    if is_hugging_face(dataset) and getattr(dataset, "_distributed", None) is not None:
-        # NOTE: `split_dataset_by_node` records the rank on the dataset; `datasets` offers no public getter.
-        return "was split by `datasets.distributed.split_dataset_by_node`"
-    name = litdata_class(dataset)
-    return None if name is None else f"is a LitData `{name}`"
+    for recognise in SELF_SPLITTING:
+        found = recognise(dataset)
+        if found is not None:
+            return found
+    return None
 
 
 class NativeStreamShard(IterableDataset):
@@ -202,6 +222,7 @@ class NativeStreamShard(IterableDataset):
         process_index: ``r``, this process's index.
         batch_size: the user's batch size (global with ``split_batches``), recorded for the state.
         split_batches: whether ``batch_size`` is global.
+        library: how a ``"self-split-stream"`` splits itself (default: as ``self_split`` recognises it).
 
     Raises:
         ValueError: on any other ``kind``.
@@ -216,6 +237,7 @@ class NativeStreamShard(IterableDataset):
         *,
         batch_size: int | None = None,
         split_batches: bool = False,
+        library: SelfSplit | None = None,
     ) -> None:
         if kind not in NATIVE_STREAM_KINDS:
             raise ValueError(
@@ -229,13 +251,21 @@ class NativeStreamShard(IterableDataset):
         self.batch_size = batch_size
         self.split_batches = split_batches
         self.share = dataset.shard(num_processes, process_index) if kind == NATIVE_STREAM else dataset
+        self.library = library if library is not None or kind == NATIVE_STREAM else self_split(dataset)
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
         """Record ``epoch`` and forward it to the share (a shuffled stream reorders by it)."""
         self.epoch = epoch
-        if callable(getattr(self.share, "set_epoch", None)):
+        if self.library is not None:
+            self.library.set_epoch(epoch)
+        elif callable(getattr(self.share, "set_epoch", None)):
             self.share.set_epoch(epoch)
+
+    def before_pass(self) -> None:
+        """In the loader's process, before each pass over the share (``SelfSplit.before_pass``)."""
+        if self.library is not None:
+            self.library.before_pass(self.epoch)
 
     def __iter__(self) -> Iterator[Any]:
         if get_worker_info() is None:
@@ -282,7 +312,7 @@ class SizedWorkerSplitStream(WorkerSplitStream):
 def split_among_workers(dataset: Any, num_workers: int) -> Any:
     """``dataset`` as one process's workers should read it whole: split by ``shard()`` when it is natively
     shardable and does not split itself among workers, so no worker reads what another does."""
-    splits_itself = splits_by_rank(dataset) is not None or is_hugging_face(dataset)
+    splits_itself = self_split(dataset) is not None or is_hugging_face(dataset)
     if num_workers <= 1 or splits_itself or _cannot_shard(dataset, 1) is not None:
         return dataset
     return SizedWorkerSplitStream(dataset) if hasattr(dataset, "__len__") else WorkerSplitStream(dataset)

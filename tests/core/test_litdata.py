@@ -14,7 +14,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from lightning_shard import prepare_data_loader
-from lightning_shard.sampling.native_stream import choose_stream_sharding, splits_by_rank
+from lightning_shard.sampling.native_stream import choose_stream_sharding, self_split
 from tests.helpers.litdata_ids import IDS, require_litdata, session_ids
 
 litdata = require_litdata()
@@ -58,7 +58,7 @@ def test_litdata_datasets_are_recognised_and_passed_through(data: str) -> None:
     combined = litdata.CombinedStreamingDataset([streaming, litdata.StreamingDataset(data)])
     parallel = litdata.ParallelStreamingDataset([streaming, litdata.StreamingDataset(data)])
     for dataset in (streaming, combined, parallel):
-        assert splits_by_rank(dataset) == f"is a LitData `{type(dataset).__name__}`"
+        assert self_split(dataset).reason == f"is a LitData `{type(dataset).__name__}`"
         assert choose_stream_sharding(dataset, "auto", 2).kind == "self-split-stream"
         with pytest.raises(ValueError, match=r"`iterable_sharding='stride'` on a dataset that is a LitData"):
             choose_stream_sharding(dataset, "stride", 2)

@@ -23,7 +23,7 @@ from lightning_shard.sampling.native_stream import (
     NativeStreamShard,
     StreamShardingWarning,
     choose_stream_sharding,
-    splits_by_rank,
+    self_split,
 )
 from tests.helpers.datasets import IdShardsStream, IdStream, RankSplitIdStream, id_shards
 from tests.helpers.hf import hf_id_stream
@@ -121,10 +121,10 @@ def test_workers_need_a_share_they_can_split() -> None:
 def test_datasets_that_split_themselves_are_recognised() -> None:
     from datasets.distributed import split_dataset_by_node
 
-    assert splits_by_rank(RankSplitIdStream([[0]])) == "declares `splits_by_rank = True`"
+    assert self_split(RankSplitIdStream([[0]])).reason == "declares `splits_by_rank = True`"
     split = split_dataset_by_node(hf_id_stream(LENGTHS), rank=0, world_size=2)
-    assert "split_dataset_by_node" in str(splits_by_rank(split))
-    assert splits_by_rank(hf_id_stream(LENGTHS)) is None
+    assert "split_dataset_by_node" in self_split(split).reason
+    assert self_split(hf_id_stream(LENGTHS)) is None
     # NOTE: LitData's classes, the real ones: `tests/core/test_litdata.py`.
     assert choose_stream_sharding(split, "auto", 2).kind == "self-split-stream"
     expected = _ids(DataLoader(split, batch_size=4))

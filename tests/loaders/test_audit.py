@@ -228,7 +228,10 @@ def audit_runs(rank: int, world_size: int) -> dict[str, str]:
     results["not sharded"] = audited(DataLoader(IdMap(23), batch_size=3), ShardAudit(23))
     results["sharded twice"] = audited(unsharded(23, 3), ShardAudit(23))
     # Streams of the same length but different elements: the processes end together, the data is wrong.
+    # NOTE: declared the same on every process, so the same-stream check (which refuses it at its first
+    # batch, tests/loaders/test_same_stream.py) is off and the audit is what finds it.
     stream = IdStream([index + 7 * rank for index in range(16)])
+    stream.splits_by_rank = False
     iterable = prepare_data_loader(DataLoader(stream, batch_size=2))
     results["iterable differing by process"] = audited(iterable, ShardAudit(23, allowed_padding=0))
     return results

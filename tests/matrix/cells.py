@@ -27,6 +27,8 @@ AXES: dict[str, tuple[object, ...]] = {
         "native",
         "hf",
         "self_split",
+        "webdataset",
+        "mosaic",
         "subclass",
         "unbatched",
     ),
@@ -53,7 +55,8 @@ AXES: dict[str, tuple[object, ...]] = {
 """Every axis and its values. ``loader``: map-style shuffled / seedable (``use_seedable_sampler``) /
 sequential; a stream strided over the processes; one split among ``DataLoader`` workers by the dataset;
 one sharded natively (``n_shards`` / ``shard()``); a Hugging Face ``datasets`` stream; one that splits
-itself by rank (``splits_by_rank``); a user's ``DataLoader`` subclass; ``batch_size=None``. ``feature``:
+itself by rank (``splits_by_rank``); a webdataset pipeline split by ``split_by_node`` and a mosaicml-streaming
+``StreamingDataset`` (real libraries, on local files); a user's ``DataLoader`` subclass; ``batch_size=None``. ``feature``:
 one Trainer feature (``onecycle`` sizes a ``OneCycleLR`` from ``trainer.strategy.estimated_scheduler_steps``,
 ``onecycle_lightning`` from ``trainer.estimated_stepping_batches``; ``early_exit`` leaves every epoch
 after ``EXIT_AFTER`` batches, by ``on_train_batch_start`` returning -1 or, in Fabric, ``break``).
@@ -97,12 +100,20 @@ SAMPLER_LOADERS = ("shuffled", "seedable", "subclass")
 ``batch_sampler=...``), with ``use_seedable_sampler`` (``seedable``), or a user's ``DataLoader`` subclass."""
 
 MAP_STYLE = ("shuffled", "seedable", "sequential", "subclass", "unbatched")
-STREAMS = ("strided", "worker_split", "native", "hf", "self_split")
-UNSIZED = ("worker_split", "native", "hf", "self_split")
+STREAMS = ("strided", "worker_split", "native", "hf", "self_split", "webdataset", "mosaic")
+UNSIZED = ("worker_split", "native", "hf", "self_split", "webdataset", "mosaic")
 """Streams without ``len()`` (a natively sharded loader has none: its processes' shares differ)."""
-SHARED_STREAMS = ("native", "hf", "self_split")
-"""Streams read as per-process shares (whole pieces, or the dataset's own split by rank): a mid-epoch
-state does not carry to another N."""
+SHARES = ("native", "hf", "self_split", "webdataset", "mosaic")
+"""Streams read as per-process shares (whole pieces, or the dataset's own split by rank): every id of
+``SHARDS`` once an epoch."""
+SHARED_STREAMS = ("native", "hf", "self_split", "webdataset")
+"""Shares whose mid-epoch state does not carry to another N (mosaicml-streaming's own state does)."""
+SPLITS_ITSELF = {
+    "self_split": "declares `splits_by_rank = True`",
+    "webdataset": "is a webdataset",
+    "mosaic": "is a mosaicml-streaming",
+}
+"""The streams that split themselves by rank, and how the refusal to dispatch one names it."""
 TRAINER_ONLY = ("accumulate", "limit", "val_float", "reload", "combined", "onecycle", "onecycle_lightning")
 PARTIAL_EPOCH = ("limit", "early_exit")
 SHUFFLED = ("shuffled", "seedable", "subclass", "unbatched")
@@ -225,11 +236,11 @@ def refusal(cell: Cell) -> str | None:
     if cell.loader == "unbatched" and cell.mode == "dispatch":
         return "`dispatch_batches=True` with `DataLoader(batch_size=None)`"
     if (
-        cell.loader == "self_split"
+        cell.loader in SPLITS_ITSELF
         and cell.mode == "dispatch"
         and max(cell.devices, cell.restart_devices) > 1
     ):
-        return "`dispatch_batches=True` over a dataset that declares `splits_by_rank = True`"
+        return f"`dispatch_batches=True` over a dataset that {SPLITS_ITSELF[cell.loader]}"
     if not cell.even and cell.loader in MAP_STYLE and _uneven(cell, cell.devices):
         return "`even_batches=False`"
     if cell.feature == "val_float" and cell.loader in UNSIZED:

@@ -29,6 +29,7 @@ from tests.matrix.cells import (
     MAX_TOKENS,
     REPLACEMENT,
     SHARDS,
+    SHARES,
     STREAMS,
     Cell,
     partial_epochs,
@@ -75,7 +76,7 @@ def _errors(run: Path) -> list[str]:
 
 def universe(cell: Cell) -> set[int]:
     """The ids an epoch reads (``filtering``: the even ones)."""
-    if cell.loader in ("native", "hf", "self_split"):
+    if cell.loader in SHARES:
         return set(range(sum(SHARDS)))
     return set(sampled_ids(cell))
 

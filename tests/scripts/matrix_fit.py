@@ -25,6 +25,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,9 @@ from tests.helpers.datasets import (
 )
 from tests.helpers.lightning_app import features
 from tests.helpers.lightning_app import trainer as app_trainer
-from tests.helpers.reaper import descendants
+from tests.helpers.mosaic import mosaic_dataset, write_mds
+from tests.helpers.reaper import descendants, kill_tree
+from tests.helpers.webdataset_shards import sample_id, write_tars
 from tests.matrix import check
 from tests.matrix.cells import (
     BATCH,
@@ -194,6 +197,36 @@ def _workers(workers: int) -> dict[str, Any]:
     return {"num_workers": workers, "multiprocessing_context": "fork"} if workers else {}
 
 
+def _local_data(kind: str) -> str:
+    """The webdataset tars (``"webdataset"``) or MDS dataset (``"mds"``) of ``SHARDS``, written once on this
+    machine (into a directory of their own, renamed into place: concurrent launches each find it whole)."""
+    home = Path(tempfile.gettempdir()) / f"lightning_shard_matrix_{kind}_{'_'.join(map(str, SHARDS))}"
+    if not home.exists():
+        with tempfile.TemporaryDirectory(dir=home.parent) as draft:
+            if kind == "webdataset":
+                write_tars(draft + "/data", SHARDS)
+            else:
+                write_mds(draft + "/data", sum(SHARDS), SHARDS[0])
+            with contextlib.suppress(OSError):  # NOTE: another launch renamed its own first
+                os.rename(draft + "/data", home)
+    return str(home)
+
+
+def _webdataset() -> Any:
+    import webdataset as wds
+
+    tars = sorted(str(path) for path in Path(_local_data("webdataset")).glob("*.tar"))
+    return wds.WebDataset(tars, shardshuffle=False, nodesplitter=wds.split_by_node).map(sample_id)
+
+
+def _mosaic(cell: Cell) -> Any:
+    """Built in the rank (the library reads its rank and world size when it is built), with the batch size
+    of each process's batches, as its documentation asks."""
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    batch = loader_batch(cell) // world if cell.mode == "split" else loader_batch(cell)
+    return mosaic_dataset(_local_data("mds"), rank, world, batch_size=batch, shuffle=True)
+
+
 def train_loader(cell: Cell, workers: int) -> Any:
     """The training loader of ``cell`` (a ``CombinedLoader`` for ``feature="combined"``)."""
     batch = loader_batch(cell)
@@ -209,6 +242,8 @@ def train_loader(cell: Cell, workers: int) -> Any:
         "native": lambda: DataLoader(IdShardsStream(id_shards(SHARDS)), batch, **_workers(workers)),
         "hf": lambda: DataLoader(_hf(), batch, **_workers(workers)),
         "self_split": lambda: DataLoader(RankSplitIdStream(id_shards(SHARDS)), batch, **_workers(workers)),
+        "webdataset": lambda: DataLoader(_webdataset(), batch, **_workers(workers)),
+        "mosaic": lambda: DataLoader(_mosaic(cell), batch, **_workers(workers)),
     }
     data = kinds[cell.loader]() if cell.sampler == "default" else _own_sampler(cell, workers)
     if cell.feature == "combined":
@@ -319,13 +354,15 @@ class Reads(pl.Callback):
 
 
 class Kill(pl.Callback):
-    """SIGKILLs rank ``cell.victim`` at the cell's interruption point."""
+    """SIGKILLs rank ``cell.victim`` at the cell's interruption point, leaving the file ``KILLED`` in ``run``
+    first (a script launch's supervisor then ends the survivors, as ``torchrun``'s agent would)."""
 
-    def __init__(self, cell: Cell) -> None:
-        self.cell, self.count = cell, 0
+    def __init__(self, cell: Cell, run: Path) -> None:
+        self.cell, self.run, self.count = cell, run, 0
 
     def _kill(self, trainer: pl.Trainer) -> None:
         if trainer.global_rank == self.cell.victim:
+            (self.run / KILLED).touch()
             os.kill(os.getpid(), signal.SIGKILL)
 
     def on_train_batch_end(
@@ -380,7 +417,7 @@ def trainer_phase(cell: Cell, phase: str, run: Path, checkpoint: Path | None = N
     settings: dict[str, Any] = {"max_epochs": EPOCHS, **_FEATURES.get(cell.feature, {})}
     if phase == "kill":
         save = ModelCheckpoint(run / "checkpoints", every_n_train_steps=1, save_top_k=-1, filename="{step}")
-        callbacks += [Kill(cell), save]
+        callbacks += [Kill(cell, run), save]
         settings["enable_checkpointing"] = True
     if not _validates(cell):
         settings["limit_val_batches"] = 0
@@ -393,7 +430,25 @@ def trainer_phase(cell: Cell, phase: str, run: Path, checkpoint: Path | None = N
         if _validates(cell)
         else None
     )
-    fit.fit(MatrixModule(cell.feature), train_loader(cell, workers), val, ckpt_path=checkpoint)
+    # NOTE: a mosaicml-streaming dataset is built in each rank, once it runs (a `LightningDataModule` hook).
+    if cell.loader == "mosaic":
+        fit.fit(MatrixModule(cell.feature), datamodule=TrainData(cell, workers, val), ckpt_path=checkpoint)
+    else:
+        fit.fit(MatrixModule(cell.feature), train_loader(cell, workers), val, ckpt_path=checkpoint)
+
+
+class TrainData(pl.LightningDataModule):
+    """``train_loader(cell, workers)`` built in each rank, and the validation loader ``val`` (or none)."""
+
+    def __init__(self, cell: Cell, workers: int, val: DataLoader | None) -> None:
+        super().__init__()
+        self.cell, self.workers, self.val = cell, workers, val
+
+    def train_dataloader(self) -> Any:
+        return train_loader(self.cell, self.workers)
+
+    def val_dataloader(self) -> Any:
+        return self.val if self.val is not None else []
 
 
 # -- the Fabric cells ----------------------------------------------------------------------------------------
@@ -482,12 +537,14 @@ def launch_phase(cell: Cell, phase: str, run: Path, checkpoint: Path | None = No
 def _fit(cell: Cell, phase: str, run: Path, checkpoint: Path | None) -> str | None:
     if cell.strategy == "model_parallel":
         command = [sys.executable, "-m", "tests.scripts.matrix_fit", "--phase", phase, cell.id, str(run)]
-        done = subprocess.run([*command, str(checkpoint or "")], capture_output=True, text=True)
-        return (
-            None
-            if done.returncode == 0
-            else f"exit {done.returncode}: {done.stdout[-1500:]}{done.stderr[-1500:]}"
-        )
+        run.mkdir(parents=True, exist_ok=True)
+        with open(run / "launch.log", "w+") as log:
+            code = _supervised(
+                subprocess.Popen([*command, str(checkpoint or "")], stdout=log, stderr=log), run
+            )
+            log.seek(0)
+            output = log.read()
+        return None if code == 0 else f"exit {code}: {output[-3000:]}"
     os.environ.pop(
         "MASTER_PORT", None
     )  # NOTE: the fork launcher keeps its port in the environment; a new one each fit
@@ -496,6 +553,27 @@ def _fit(cell: Cell, phase: str, run: Path, checkpoint: Path | None) -> str | No
     except Exception as error:  # noqa: BLE001 - the verdict reads it
         return f"{type(error).__name__}: {str(error)[-3000:]}"
     return None
+
+
+KILLED = "KILLED"
+SURVIVOR_GRACE = 60.0
+"""Seconds the survivors of a killed rank get to end by themselves (gloo ends them at their next collective,
+in seconds; generous for a loaded machine) before the supervisor ends them: Lightning's script launcher
+leaves them running, and a peer waiting outside a collective (mosaicml-streaming's node barrier, at an
+epoch's start) would wait forever."""
+
+
+def _supervised(process: subprocess.Popen[bytes], run: Path) -> int:
+    """Wait for a script launch; once its victim left ``KILLED``, end what is left after ``SURVIVOR_GRACE``."""
+    killed_at: float | None = None
+    while True:
+        try:
+            return process.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            if killed_at is None and (run / KILLED).exists():
+                killed_at = time.monotonic()
+            if killed_at is not None and time.monotonic() - killed_at > SURVIVOR_GRACE:
+                kill_tree(process.pid)
 
 
 def run_cell(cell: Cell, out: Path, fulls: dict[str, Path]) -> dict[str, Any]:

@@ -1,0 +1,92 @@
+"""Streams that split themselves by rank: what the loader must know of each (docs/DESIGN.md, "Streams that
+split themselves").
+
+Such a dataset gives process ``r`` its own part of the data by itself, so the loader passes it through
+(striding it again would keep ``1/N`` of each part). What differs between them is described by one
+``SelfSplit`` each: why it counts as split (the plan line and the refusals say it), whether it must be told
+the job's rank (LitData) or checked against it (mosaicml-streaming), how it is put at an epoch before each
+pass, and how a position within an epoch resumes: read again and dropped by the loader (a position that
+only the same number of processes can continue), or resumed by the library itself. A library of this kind is
+added as one module with a ``recognise(dataset)`` returning its ``SelfSplit``, listed in ``LIBRARIES``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class SelfSplit:
+    """A dataset that splits itself by rank, as recognised.
+
+    Args:
+        dataset: the user's dataset.
+        reason: how it splits itself, completing "a dataset that ..." (``"declares `splits_by_rank = True`"``).
+    """
+
+    dispatchable = False
+    """Whether process 0 can be made to read all of it (``split(1, 0, ...)``), so that it can be dispatched."""
+    resumes_itself = False
+    """Whether a position within an epoch is handed to the library (``save`` / ``restore``), which continues
+    it on any number of processes; otherwise the loader reads again and drops what each process consumed."""
+
+    def __init__(self, dataset: Any, reason: str) -> None:
+        self.dataset = dataset
+        self.reason = reason
+
+    def split(self, num_processes: int, process_index: int, drop_last: bool) -> None:
+        """Make the dataset split among ``num_processes`` processes, this one being ``process_index`` (or check
+        that it does). Nothing for a dataset that knows the job's rank by itself."""
+
+    def set_epoch(self, epoch: int) -> None:
+        """Put the dataset at ``epoch``, before each pass (the dataset's own ``set_epoch``, if any)."""
+        if callable(getattr(self.dataset, "set_epoch", None)):
+            self.dataset.set_epoch(epoch)
+
+    def before_pass(self, epoch: int) -> None:
+        """Called in the loader's process before each pass over the dataset (workers included) in ``epoch``."""
+
+    def check_batches(self, batch_size: int | None, num_workers: int) -> None:
+        """Refuse a loader of this batch size and number of workers if the dataset cannot be read by it.
+
+        Raises:
+            ValueError: naming the setting and the fix.
+        """
+
+    def other_count(self, saved: int, now: int) -> str:
+        """Why a position within an epoch read by ``saved`` processes has no counterpart on ``now``."""
+        return (
+            "the shares (whole shards per process) and each process's position in its share do not carry over"
+        )
+
+    def save(self, epoch: int, consumed: int) -> dict[str, Any] | None:
+        """The library's own state once the processes consumed ``consumed`` samples of ``epoch`` together
+        (``resumes_itself`` only; plain data, the same on every process)."""
+        return None
+
+    def restore(self, state: dict[str, Any], epoch: int, consumed: int) -> None:
+        """Have the library continue ``epoch`` after ``consumed`` samples at its next pass (``resumes_itself``
+        only).
+
+        Raises:
+            ValueError: when this dataset cannot continue ``state`` exactly.
+        """
+
+
+def declared(dataset: Any) -> SelfSplit | None:
+    """A dataset that declares ``splits_by_rank = True``."""
+    if getattr(dataset, "splits_by_rank", False) is True:
+        return SelfSplit(dataset, "declares `splits_by_rank = True`")
+    return None
+
+
+def defined_in(dataset: Any, package: str, names: tuple[str, ...]) -> str | None:
+    """The name of the class of ``package`` among ``names`` that ``dataset`` is (or derives from), else
+    ``None``: libraries are recognised by module and class name, so the core never imports them."""
+    for cls in type(dataset).__mro__:
+        if cls.__module__.split(".")[0] == package and cls.__name__ in names:
+            return cls.__name__
+    return None
+
+
+Recogniser = Callable[[Any], "SelfSplit | None"]

@@ -1,0 +1,67 @@
+"""webdataset pipelines that split their shards by node: recognised by their stages, passed through as each
+process's own share (docs/DESIGN.md, "Streams that split themselves").
+
+``wds.WebDataset(urls, nodesplitter=wds.split_by_node)`` and a ``wds.DataPipeline`` holding
+``wds.split_by_node`` give process ``r`` of ``N`` the shards ``r, r + N, ...`` (the rank from ``RANK`` /
+``WORLD_SIZE``, else from ``torch.distributed``). A pipeline without a node splitter keeps webdataset's own
+check (``single_node_only`` raises on several processes), so it is not recognised and fails as it would under
+plain DDP. A ``detshuffle`` stage draws its order from its own epoch counter, which moves at each pass in the
+process that holds it; the loader sets it to its epoch before each pass, so that a padding pass, a pass begun
+twice or a resumed run reads the epoch's order. Shards resampled with replacement (``resampled=True``) are
+drawn anew at every pass from the time and the process id: a resumed epoch keeps its length (what was
+consumed is read again and dropped), but its samples are new draws, as a run started again would draw.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from lightning_shard.sampling.self_split import SelfSplit, defined_in
+
+
+class WebDatasetSplit(SelfSplit):
+    """A webdataset pipeline split by node: its ``detshuffle`` stages follow the loader's epoch."""
+
+    def set_epoch(self, epoch: int) -> None:
+        # NOTE: `detshuffle.epoch` is public; `run` adds one before drawing, so it is set one below.
+        for stage in _stages(self.dataset):
+            if _is_stage(stage, "filters", "detshuffle"):
+                stage.epoch = epoch - 1
+
+    def other_count(self, saved: int, now: int) -> str:
+        return (
+            f"webdataset's `split_by_node` gives each process every {saved}th shard, so a position read on {saved} "
+            f"processes has no counterpart on {now}"
+        )
+
+
+def recognise(dataset: Any) -> WebDatasetSplit | None:
+    """The ``SelfSplit`` of a webdataset pipeline holding ``split_by_node``, else ``None``."""
+    if defined_in(dataset, "webdataset", ("DataPipeline",)) is None:
+        return None
+    stages = _stages(dataset)
+    if not any(_is_stage(_function(stage), "shardlists", "split_by_node") for stage in stages):
+        return None
+    resampled = any(_is_stage(stage, "shardlists", "ResampledShards") for stage in stages)
+    over = " over resampled shards" if resampled else ""
+    return WebDatasetSplit(
+        dataset, f"is a webdataset `{type(dataset).__name__}` split by `split_by_node`{over}"
+    )
+
+
+def _stages(dataset: Any) -> list[Any]:
+    return list(getattr(dataset, "pipeline", None) or [])
+
+
+def _function(stage: Any) -> Any:
+    """The function a stage runs: itself, or the function a ``functools.partial`` of it wraps."""
+    return stage.func if isinstance(stage, functools.partial) else stage
+
+
+def _is_stage(stage: Any, module: str, name: str) -> bool:
+    """Whether ``stage`` is webdataset's ``module.name`` (a function, or an instance of that class)."""
+    named = stage if callable(stage) and hasattr(stage, "__qualname__") else type(stage)
+    return (
+        getattr(named, "__module__", "") == f"webdataset.{module}" and getattr(named, "__name__", "") == name
+    )
