@@ -25,9 +25,11 @@ _OUTPUT = re.compile(r'^(?P<indent>\s*)```text\s+title="output(?: of (?P<title>[
 NOT_RUN = "# not run:"
 BROUGHT = frozenset({"lightning_shard", "torch", "lightning", "torchdata", "typing_extensions"})
 """What ``pip install lightning_shard`` installs (and their own dependencies the pages use)."""
-OPT_IN = frozenset({"ray"})
-"""Packages a page names that ``make test`` does not install: Ray is heavy, so the blocks that need it are
-``# not run`` (the multi-machine page's Ray Train section) and ``make test-ray`` runs their script."""
+OPT_IN = frozenset({"ray", "streaming"})
+"""Packages a page names that ``make test`` does not install, so the blocks that need them are ``# not run``:
+Ray is heavy (the multi-machine page's Ray Train section; ``make test-ray`` runs their script), and
+mosaicml-streaming's package imports ``torchvision``, whose only build for torch 2.13 in the registry does not
+load beside the CPU torch (the streaming page's section; the tests run the same code on the library's core)."""
 _PACKAGES = re.compile(r"^\*\*Packages\*\*: (.+)$", re.M)
 
 

@@ -39,12 +39,17 @@ def test_an_undeclared_import_is_found() -> None:
         "lightning_shard",
         "datasets",
     }
-    assert imported(DOCS / "guides" / "streaming.md") - BROUGHT == {"datasets", "litdata"}
+    assert imported(DOCS / "guides" / "streaming.md") - BROUGHT == {
+        "datasets",
+        "litdata",
+        "webdataset",
+        "streaming",
+    }
 
 
 def test_the_examples_environment_holds_the_declared_packages_less_the_opt_in_ones() -> None:
     """What ``tests/docs/test_docs_examples.py`` installs beside the wheel for each page."""
-    assert extras(DOCS / "guides" / "streaming.md") == {"datasets", "litdata"}
+    assert extras(DOCS / "guides" / "streaming.md") == {"datasets", "litdata", "webdataset"}
     assert extras(DOCS / "guides" / "evaluation.md") == {"torchmetrics"}
     assert extras(DOCS / "quickstart.md") == extras(DOCS / "guides" / "multi-machine.md") == set()
     assert extras(DOCS.parent / "README.md") == set()

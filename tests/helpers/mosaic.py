@@ -67,9 +67,18 @@ def write_mds(out: str, samples: int, per_shard: int) -> str:
 
 def mosaic_dataset(local: str, rank: int, world_size: int, **kwargs: Any) -> Any:
     """A ``StreamingDataset`` over ``local`` built as rank ``rank`` of ``world_size`` on one machine (the
-    environment ``torchrun`` gives: the library reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``)."""
-    os.environ.update(
-        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size)
-    )
-    dataset_class, _ = streaming_core()
-    return dataset_class(local=local, **kwargs)
+    environment ``torchrun`` gives: the library reads ``RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE`` when a
+    dataset is built). The variables are given back as they were afterwards: other code of the process reads
+    them too (accelerate's ``PartialState`` would start a process group)."""
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    before = {name: os.environ.get(name) for name in names}
+    os.environ.update(zip(names, map(str, (rank, world_size, rank, world_size)), strict=True))
+    try:
+        dataset_class, _ = streaming_core()
+        return dataset_class(local=local, **kwargs)
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
