@@ -5,7 +5,8 @@
 
 On ``N`` processes (``ShardStrategy``, CPU): ``full``, an uninterrupted fit of 2 epochs with dropout,
 augmentation in the main process and a draw from NumPy's and Python's global generators in every step,
-checkpointing after ``STOP`` steps (mid-epoch 0); then ``resume``, that checkpoint resumed after seeding
+checkpointing after ``STOP`` steps (mid-epoch 0), and in ``latest/`` every 2 steps keeping the last
+(``save_top_k=1``, ``save_last="link"``); then ``resume``, that checkpoint resumed after seeding
 otherwise. ``--compat CKPT`` adds ``compat``, a fit resumed from ``CKPT``, a checkpoint in the format of
 lightning_shard 0.3.0 (every process's random states gathered in process 0's checkpoint);
 ``--elastic CKPT`` adds ``elastic``, a fit resumed from ``CKPT`` written by another number of processes.
@@ -83,7 +84,9 @@ def main() -> None:
     args = parser.parse_args()
     checkpoints = args.out / "checkpoints"
     save = ModelCheckpoint(checkpoints, every_n_train_steps=STOP, save_top_k=-1, filename="{step}")
-    _fit(args.out, "full", args.devices, 0, None, callbacks=[save], enable_checkpointing=True)
+    # NOTE: keeps one checkpoint and a link to it: the older ones are removed with their random states.
+    latest = ModelCheckpoint(args.out / "latest", every_n_train_steps=2, save_last="link", filename="{step}")
+    _fit(args.out, "full", args.devices, 0, None, callbacks=[save, latest], enable_checkpointing=True)
     # NOTE: seeded otherwise: nothing but the checkpoint may carry the random streams.
     _fit(args.out, "resume", args.devices, 1, str(checkpoints / f"step={STOP}.ckpt"))
     if args.compat:
