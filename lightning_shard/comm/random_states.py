@@ -2,7 +2,7 @@
 run resumes on the same number of processes (docs/DESIGN.md, "Random states on resume").
 
 Lightning saves no random state, so a fit resumed mid-epoch reads the same batches but draws other
-dropout masks. As the reference does, each process saves its own (``own_part``, about 15 KB, no
+dropout masks. As the reference does, each process saves its own (``own_part``, about 17 KB, no
 collective): what one process writes does not grow with the number of processes. Checkpoints of 0.3.0
 hold every process's states gathered in process 0's (``GATHERED``); ``own_state`` still reads them. Every
 value is a tensor, an int, a float, a string, ``None`` or a list or dict of them, so the saved states
