@@ -19,7 +19,10 @@ peak memory of one process:
 - stream agreement: one fetch's check of a natively sharded stream: now one integer (and, at a fetch where a
   share ends, the ``3 x N`` vector of who ended), before the ``3 x N`` vector at every fetch;
 - audit epoch end: the audit callback's agreement on whether every process ended its epoch, now one
-  integer's minimum, before an object all-gather of one flag per process.
+  integer's minimum, before an object all-gather of one flag per process;
+- random states: what each checkpoint saves of the processes' random states, now each process its own
+  (process 0's in the checkpoint, the others' beside it), before every process's gathered on process 0
+  (``gather_object``) and written there; the bytes process 0 writes and those each other process writes.
 
 Every row also says how many bytes this process received in its collectives per call (the size of each
 reduced tensor, of each gathered output, of each unpickled object), as the stand-in counts them: what
@@ -36,6 +39,7 @@ Usage::
     OMP_NUM_THREADS=1 python benchmarks/bench_scale.py            # n <= 10^7: minutes (RESULTS.md)
     OMP_NUM_THREADS=1 python benchmarks/bench_scale.py --full     # n up to 10^8, N up to 16,384
     OMP_NUM_THREADS=1 python benchmarks/bench_scale.py --pair     # only the N = 2 gloo comparison
+    OMP_NUM_THREADS=1 python benchmarks/bench_scale.py --full --only random_states   # one group of rows
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import contextlib
 import ctypes
 import gc
 import importlib
+import io
 import json
 import os
 import pickle
@@ -66,6 +71,7 @@ from benchmarks._datasets import Indices  # noqa: E402
 from lightning_shard import BatchSamplerShard, ShardAudit, prepare_data_loader  # noqa: E402
 from lightning_shard.comm.collectives import all_true  # noqa: E402
 from lightning_shard.comm.gather import gather_in_process_order, merge_parts  # noqa: E402
+from lightning_shard.comm.random_states import capture, own_part  # noqa: E402
 from lightning_shard.comm.tree import Node, flatten, is_tensor_tree, map_leaves  # noqa: E402
 from lightning_shard.loaders.stream_agreement import Agreement  # noqa: E402
 from lightning_shard.sampling.samplers import ScalableRandomSampler  # noqa: E402
@@ -142,6 +148,16 @@ class LocalGroup:
             out.copy_(local)
 
     def all_gather_object(self, outs: list[Any], value: Any, group: Any = None) -> None:
+        blob = pickle.dumps(value)
+        self.received += len(blob) * len(outs)
+        for index in range(len(outs)):
+            outs[index] = pickle.loads(blob)
+
+    def gather_object(
+        self, value: Any, outs: list[Any] | None = None, dst: int = 0, group: Any = None
+    ) -> None:
+        if self.rank != dst or outs is None:
+            return
         blob = pickle.dumps(value)
         self.received += len(blob) * len(outs)
         for index in range(len(outs)):
@@ -474,6 +490,50 @@ def old_all_ended(flag: bool) -> bool:
     return all(flags)
 
 
+def random_state_rows(worlds: list[int], repeats: int) -> list[str]:
+    """What each checkpoint saves of the random states, played as process 0 (where the gathered ones grew);
+    the notes say the bytes process 0 writes and those each other process writes."""
+    rows = []
+    for world in worlds:
+        with playing(world - 1, world):
+            other = new_checkpoint_states()
+        with playing(0, world):
+            variants = {"each process its own (now)": new_checkpoint_states}
+            variants["gathered on process 0 (before)"] = old_checkpoint_states
+            notes = {
+                "each process its own (now)": f"process 0 writes {new_checkpoint_states():,} B, "
+                f"each other process {other:,} B",
+                "gathered on process 0 (before)": f"process 0 writes {old_checkpoint_states():,} B, "
+                "each other process 0 B",
+            }
+            for label, (seconds, peak, received) in measure(variants, repeats).items():
+                path = "random states (per checkpoint)"
+                rows.append(_row(path, None, world, label, seconds, peak, received, notes[label]))
+        print(rows[-1], file=sys.stderr, flush=True)
+    return rows
+
+
+def new_checkpoint_states() -> int:
+    """What this process writes of the random states now: its own (``own_part``), in the checkpoint
+    (process 0) or beside it (the others)."""
+    return _saved_bytes(own_part())
+
+
+def _saved_bytes(state: Any) -> int:
+    """The bytes ``torch.save`` writes for ``state`` (what ``TorchCheckpointIO`` writes of it)."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return len(buffer.getvalue())
+
+
+def old_checkpoint_states() -> int:
+    """What process 0 wrote as of commit b13025a: every process's states, gathered (``gather_object``)."""
+    own, size, rank = capture(), _CURRENT.get_world_size(), _CURRENT.get_rank()
+    states: list[Any] | None = [None] * size if rank == 0 else None
+    _CURRENT.gather_object(own, states, dst=0)
+    return _saved_bytes({"version": 1, "world_size": size, "states": states} if rank == 0 else {})
+
+
 def _row(
     path: str, n: int | None, world: int, variant: str, seconds: float, peak: int, received: int, note: str
 ) -> str:
@@ -543,6 +603,7 @@ def main() -> None:
     parser.add_argument(
         "--pair", action="store_true", help="only the N = 2 gloo comparison of gather_for_metrics"
     )
+    parser.add_argument("--only", choices=list(_GROUPS), help="only this group of rows (no N = 2 comparison)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -550,28 +611,39 @@ def main() -> None:
         f"torch {torch.__version__}, {os.cpu_count()} CPUs, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}"
     )
     if not args.pair:
-        sizes = [10**6, 10**7, 10**8] if args.full else [10**6, 10**7]
-        worlds = [8, 1024, 4096, 16384] if args.full else [8, 1024, 16384]
         header = [
             "| path | n | N | variant | time per process (ms) | peak memory per process (MB) "
             "| received per process (B) | notes |",
             "|---|---|---:|---|---:|---:|---:|---|",
         ]
-        rows = index_rows(sizes, worlds, args.repeats, full_cap=10**8 if args.full else 10**7)
-        rows += audit_rows(
-            10**6,
-            worlds if args.full else [8, 1024, 4096, 16384],
-            args.repeats,
-            (2**30 if args.full else 2**28),
-        )
-        rows += gather_rows([2, 64, 1024, 16384], args.repeats)
-        rows += stream_rows([8, 1024, 16384], args.repeats)
-        rows += epoch_end_rows([8, 1024, 16384], args.repeats)
+        groups = [args.only] if args.only else list(_GROUPS)
+        rows = [row for group in groups for row in _GROUPS[group](args.full, args.repeats)]
         print("\n".join(header + rows))
+    if args.only:
+        return
     print(
         f"\ngather_for_metrics at N = 2, real gloo processes, median of {5 * args.repeats} x {_CALLS} calls"
     )
     print(pair_table(5 * args.repeats))
+
+
+def _worlds(full: bool) -> list[int]:
+    return [8, 1024, 4096, 16384] if full else [8, 1024, 16384]
+
+
+_GROUPS: dict[str, Callable[[bool, int], list[str]]] = {
+    "index": lambda full, repeats: index_rows(
+        [10**6, 10**7, 10**8] if full else [10**6, 10**7], _worlds(full), repeats, 10**8 if full else 10**7
+    ),
+    "audit": lambda full, repeats: audit_rows(
+        10**6, _worlds(full) if full else [8, 1024, 4096, 16384], repeats, 2**30 if full else 2**28
+    ),
+    "gather": lambda full, repeats: gather_rows([2, 64, 1024, 16384], repeats),
+    "stream": lambda full, repeats: stream_rows([8, 1024, 16384], repeats),
+    "epoch_end": lambda full, repeats: epoch_end_rows([8, 1024, 16384], repeats),
+    "random_states": lambda full, repeats: random_state_rows(_worlds(full), repeats),
+}
+"""The groups of rows, in the order a whole run prints them: ``(full, repeats) -> rows``."""
 
 
 if __name__ == "__main__":

@@ -24,6 +24,11 @@ def world_size() -> int:
     return dist.get_world_size() if is_distributed() else 1
 
 
+def global_rank() -> int:
+    """This process's rank in the default group (0 without one)."""
+    return dist.get_rank() if is_distributed() else 0
+
+
 def broadcast_object(value: Any, src: int = 0) -> Any:
     """``value`` from global rank ``src`` on every process (identity without a process group)."""
     if not is_distributed():

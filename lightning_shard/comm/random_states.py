@@ -1,10 +1,12 @@
-"""Every process's random states, gathered for a checkpoint and given back to each process when it is
-resumed on the same number of processes (docs/DESIGN.md, "Random states on resume").
+"""Each process's random states, saved by that process with a checkpoint and given back to it when the
+run resumes on the same number of processes (docs/DESIGN.md, "Random states on resume").
 
 Lightning saves no random state, so a fit resumed mid-epoch reads the same batches but draws other
-dropout masks. The reference saves them per process; here process 0 writes them all into its checkpoint.
-Every value is a tensor, an int, a float, ``None`` or a list or dict of them, so the saved state loads with
-``torch.load(weights_only=True)``. NumPy and CUDA are included where they are present.
+dropout masks. As the reference does, each process saves its own (``own_part``, about 17 KB, no
+collective): what one process writes does not grow with the number of processes. Checkpoints of 0.3.0
+hold every process's states gathered in process 0's (``GATHERED``); ``own_state`` still reads them. Every
+value is a tensor, an int, a float, a string, ``None`` or a list or dict of them, so the saved states
+load with ``torch.load(weights_only=True)``. NumPy and CUDA are included where they are present.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import random
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from lightning_shard.comm.collectives import is_distributed, world_size
+from lightning_shard.comm.collectives import global_rank, world_size
 
-VERSION = 1
+GATHERED = 1
+"""0.3.0's format, still read: ``{"version", "world_size", "states"}``, every process's states in rank order."""
+PER_PROCESS = 2
+"""The format saved: ``{"version", "world_size", "rank", "state"}``, one process's states."""
 
 
 def capture() -> dict[str, Any]:
@@ -58,28 +62,27 @@ def restore(state: dict[str, Any]) -> None:
         )
 
 
-def gather_states() -> dict[str, Any]:
-    """Every process's ``capture()``, on process 0 (``{}`` elsewhere); a collective of the default group."""
-    own = capture()
-    if not is_distributed():
-        return {"version": VERSION, "world_size": 1, "states": [own]}
-    size, rank = dist.get_world_size(), dist.get_rank()
-    states: list[Any] | None = [None] * size if rank == 0 else None
-    dist.gather_object(own, states, dst=0)
-    return {"version": VERSION, "world_size": size, "states": states} if rank == 0 else {}
+def own_part() -> dict[str, Any]:
+    """This process's ``capture()``, labelled with its rank and the number of processes: what it saves."""
+    return {"version": PER_PROCESS, "world_size": world_size(), "rank": global_rank(), "state": capture()}
 
 
 def own_state(saved: dict[str, Any]) -> dict[str, Any] | None:
-    """This process's state in ``saved`` (``gather_states``), or ``None`` when it was written by another
-    number of processes (or holds none)."""
-    states = saved.get("states")
-    if saved.get("version") != VERSION or saved.get("world_size") != world_size() or not states:
+    """This process's states in ``saved`` (an ``own_part`` or 0.3.0's gathered states), or ``None`` when
+    they are another process's or were saved by another number of processes."""
+    if saved.get("world_size") != world_size():
         return None
-    return states[dist.get_rank() if is_distributed() else 0]
+    if saved.get("version") == GATHERED and saved.get("states"):
+        return saved["states"][global_rank()]
+    if saved.get("version") == PER_PROCESS and saved.get("rank") == global_rank():
+        return saved.get("state")
+    return None
 
 
-def random_streams_notice(saved: dict[str, Any]) -> str:
-    """What a resume on another number of processes does with the saved random states."""
+def resume_notice(saved: dict[str, Any]) -> str | None:
+    """What a resume does with random states saved by another number of processes (``None`` otherwise)."""
+    if not saved or saved.get("world_size") == world_size():
+        return None
     return (
         f"lightning_shard: the checkpoint's random states were saved by {saved.get('world_size')} processes, "
         "not by this run's number: each process's random streams (dropout, and any other draw of the model) "

@@ -8,7 +8,7 @@ Lightning release renames or changes one of them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
 import lightning.pytorch as pl
@@ -132,6 +132,24 @@ def finish_restored_epoch(trainer: pl.Trainer) -> bool:
         return False
     progress.current.completed = int(total) - 1
     return True
+
+
+def callback_state(checkpoint: Mapping[str, Any], state_key: str) -> Any:
+    """The state a callback saved in a checkpoint dict Lightning dumped or read (``None`` if it holds none)."""
+    # NOTE: Lightning keeps each callback's `state_dict()` under the checkpoint's "callbacks" by state key and
+    # hands that entry to its `load_state_dict`; a strategy holds the dict between the dump and the write
+    # and between the read and the restore (`ShardingHooks`: each process's random states), and no public
+    # call names the entry.
+    states = checkpoint.get(_CALLBACK_STATES)
+    return states.get(state_key) if isinstance(states, Mapping) else None
+
+
+def replace_callback_state(checkpoint: MutableMapping[str, Any], state_key: str, state: Any) -> None:
+    """Have the callback of ``state_key`` restore ``state`` from a checkpoint dict Lightning read."""
+    checkpoint[_CALLBACK_STATES][state_key] = state
+
+
+_CALLBACK_STATES = "callbacks"
 
 
 def add_callbacks_before_checkpoints(trainer: pl.Trainer, callbacks: Sequence[Callback]) -> None:

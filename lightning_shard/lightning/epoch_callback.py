@@ -1,8 +1,8 @@
 """The callbacks every ``Shard*`` strategy adds to its trainer: ``ShardEpochCallback`` keeps the training
 loaders' epoch in step and reports each epoch of a stream (docs/DESIGN.md, "Streaming data");
-``ShardRandomStatesCallback`` saves each process's random states in each checkpoint and restores them
-when the fit resumes on as many processes (``comm/random_states.py``; docs/DESIGN.md, "Random states on
-resume")."""
+``ShardRandomStatesCallback`` saves each process's random states with each checkpoint and restores them
+when the fit resumes on as many processes (``comm/random_states.py``, ``lightning/random_state_files.py``;
+docs/DESIGN.md, "Random states on resume")."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
-from lightning_shard.comm.random_states import gather_states, own_state, random_streams_notice, restore
+from lightning_shard.comm.random_states import own_part, own_state, restore, resume_notice
 from lightning_shard.lightning._private import (
     finish_restored_epoch,
     rebuild_unrestored_training_loaders,
@@ -21,6 +21,7 @@ from lightning_shard.lightning._private import (
     set_reload_every_n_epochs,
 )
 from lightning_shard.lightning.continuity import TrainingLoaderRounds
+from lightning_shard.lightning.random_state_files import KEY
 from lightning_shard.lightning.stages import flatten_loaders, is_shard_loader
 from lightning_shard.loaders.streams import StreamReport
 
@@ -82,7 +83,10 @@ class ShardEpochCallback(Callback):
 
 
 class ShardRandomStatesCallback(Callback):
-    """Saves every process's random states; a resumed fit restores its own before its first step.
+    """Saves each process's random states; a resumed fit restores its own before its first step.
+
+    Its state on each process is that process's own: the ``Shard*`` strategies keep process 0's in the
+    checkpoint and write every other process's beside it (``lightning/random_state_files.py``).
 
     NOTE: restored at the first ``on_train_batch_start``, after Lightning rebuilt the loaders and read
     ahead, so that nothing between the restore and the training step draws from them (the loaders'
@@ -95,18 +99,18 @@ class ShardRandomStatesCallback(Callback):
     @property
     @override
     def state_key(self) -> str:
-        return "lightning_shard.random_states"
+        return KEY
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        # NOTE: a collective: Lightning writes a checkpoint from every process (process 0's is saved).
-        return gather_states()
+        return own_part()
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._pending = own_state(state_dict)
-        if self._pending is None and state_dict:
-            rank_zero_info(random_streams_notice(state_dict))
+        notice = resume_notice(state_dict)
+        if notice is not None:
+            rank_zero_info(notice)
 
     @override
     def on_train_batch_start(

@@ -24,10 +24,11 @@ from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from lightning_shard.comm.collectives import destroy_group_at_exit
-from lightning_shard.comm.random_states import gather_states, own_state, random_streams_notice, restore
+from lightning_shard.comm.random_states import own_part, own_state, restore, resume_notice
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import StrategyRegistryType, register_names
 from lightning_shard.lightning.keywords import check_keywords
+from lightning_shard.lightning.random_state_files import KEY, name_checkpoint, read_own, write_own
 from lightning_shard.lightning.stages import is_shard_loader
 from lightning_shard.lightning.torchrun import export_rank_variables
 from lightning_shard.options import ShardOptions
@@ -35,8 +36,9 @@ from lightning_shard.prepare import prepare_with_options
 from lightning_shard.sampling.balance import EvenBatches
 from lightning_shard.sampling.native_stream import IterableSharding
 
-RANDOM_STATES_KEY = "lightning_shard.random_states"
-"""The key of every process's random states in a checkpoint ``fabric.save`` writes."""
+RANDOM_STATES_KEY = KEY
+"""The key of the random states in a checkpoint ``fabric.save`` writes (process 0's; each other process
+writes its own beside it, ``lightning/random_state_files.py``)."""
 
 
 class ShardFabricStrategy(DDPStrategy):
@@ -121,9 +123,12 @@ class ShardFabricStrategy(DDPStrategy):
         storage_options: Any | None = None,
         filter: dict[str, Callable[[str, Any], bool]] | None = None,
     ) -> None:
-        """Fabric's save, with every process's random states added (a collective, as ``fabric.save`` is)."""
-        states = gather_states()
-        super().save_checkpoint(path, {**state, RANDOM_STATES_KEY: states}, storage_options, filter)
+        """Fabric's save, with process 0's random states added; each other process writes its own beside
+        the checkpoint."""
+        entry = own_part()
+        name_checkpoint(entry, path)
+        super().save_checkpoint(path, {**state, RANDOM_STATES_KEY: entry}, storage_options, filter)
+        write_own(self.checkpoint_io, path, entry, storage_options)
 
     @override
     def load_checkpoint(
@@ -135,17 +140,18 @@ class ShardFabricStrategy(DDPStrategy):
     ) -> dict[str, Any]:
         """Fabric's load; this process's saved random states are restored when as many processes saved them.
 
-        ``weights_only`` (Lightning 2.6 on) is passed on when given.
+        ``weights_only`` (Lightning 2.6 on) is passed on when given, and reads the random states too.
         """
-        extra = {} if weights_only is None else {"weights_only": weights_only}
-        remainder = super().load_checkpoint(path, state, strict, **extra)
+        options = {} if weights_only is None else {"weights_only": weights_only}
+        remainder = super().load_checkpoint(path, state, strict, **options)
         saved = remainder.pop(RANDOM_STATES_KEY, None) if isinstance(remainder, dict) else None
         if saved:
-            own = own_state(saved)
+            own = own_state(read_own(self.checkpoint_io, path, saved, **options))
+            notice = resume_notice(saved)
             if own is not None:
                 restore(own)
-            elif self.global_rank == 0:
-                print(random_streams_notice(saved))
+            elif notice is not None and self.global_rank == 0:
+                print(notice)
         return remainder
 
     @classmethod

@@ -4,6 +4,7 @@ and ``ShardingHooks``, the hooks every ``Shard*`` strategy overrides to call its
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -16,10 +17,22 @@ from typing_extensions import override
 
 from lightning_shard.comm.collectives import destroy_group_at_exit
 from lightning_shard.comm.topology import Topology
-from lightning_shard.lightning._private import StrategyRegistryType, register_names
+from lightning_shard.lightning._private import (
+    StrategyRegistryType,
+    callback_state,
+    register_names,
+    replace_callback_state,
+)
 from lightning_shard.lightning.audit_callback import EpochAudit
 from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.plan import ShardPlan
+from lightning_shard.lightning.random_state_files import (
+    KEY,
+    name_checkpoint,
+    read_own,
+    remove_others,
+    write_own,
+)
 from lightning_shard.lightning.schedulers import SchedulerScaling
 from lightning_shard.lightning.sharding import StrategySharding, exact_mean
 from lightning_shard.lightning.stages import ShardLoader
@@ -198,6 +211,38 @@ class ShardingHooks(ParallelStrategy):
     def test_step(self, *args: Any, **kwargs: Any) -> Any:
         with self._sharding.in_step():
             return super().test_step(*args, **kwargs)
+
+    @override
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], filepath: str | Path, storage_options: Any | None = None
+    ) -> None:
+        """Lightning's save; then each process but 0 writes its random states beside the checkpoint."""
+        entry = callback_state(checkpoint, KEY)
+        name_checkpoint(entry, filepath)
+        super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
+        write_own(self.checkpoint_io, filepath, entry, storage_options)
+
+    @override
+    def load_checkpoint(
+        self, checkpoint_path: str | Path, weights_only: bool | None = None
+    ) -> dict[str, Any]:
+        """Lightning's load, with this process's random states read from beside the checkpoint.
+
+        ``weights_only`` (Lightning 2.6 on) is passed on when given, and reads the random states too.
+        """
+        options = {} if weights_only is None else {"weights_only": weights_only}
+        checkpoint = super().load_checkpoint(checkpoint_path, **options)
+        entry = callback_state(checkpoint, KEY)
+        if isinstance(entry, dict):
+            replace_callback_state(
+                checkpoint, KEY, read_own(self.checkpoint_io, checkpoint_path, entry, **options)
+            )
+        return checkpoint
+
+    @override
+    def remove_checkpoint(self, filepath: str | Path) -> None:
+        super().remove_checkpoint(filepath)
+        remove_others(self.checkpoint_io, filepath, self.is_global_zero)
 
     @override
     def reduce(self, tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -> Any:

@@ -73,7 +73,7 @@ def test_len_is_what_the_epoch_yields(runs: Path, kind: str) -> None:
         assert record["lengths"] == steps
 
 
-@pytest.mark.parametrize("name", ["ddp", "model_parallel"])
+@pytest.mark.parametrize("name", ["ddp", "model_parallel", "model_parallel_dcp"])
 def test_a_resumed_fit_with_dropout_ends_with_the_uninterrupted_weights(runs: Path, name: str) -> None:
     full, resumed = _records(runs / name / "full"), _records(runs / name / "resume")
     assert len(full) == len(resumed) == 2
@@ -89,11 +89,17 @@ def test_a_fabric_run_resumed_with_dropout_ends_with_the_uninterrupted_weights(r
         assert resumed["weights"] == full["weights"]
 
 
-@pytest.mark.parametrize("checkpoint", ["ddp/checkpoints/step=5.ckpt", "fabric/stop.ckpt"])
+@pytest.mark.parametrize(
+    "checkpoint",
+    ["ddp/checkpoints/step=5.ckpt", "fabric/stop.ckpt", "model_parallel_dcp/checkpoints/step=5.ckpt"],
+)
 def test_the_saved_random_states_load_with_weights_only(runs: Path, checkpoint: str) -> None:
-    saved = torch.load(runs / checkpoint, weights_only=True)
+    """Process 0's in the checkpoint (a file, or ``meta.pt`` in a directory), process 1's beside it or in it."""
+    path = runs / checkpoint
+    saved = torch.load(path / "meta.pt" if path.is_dir() else path, weights_only=True)
     states = saved["callbacks"] if "callbacks" in saved else saved
-    random_states = states["lightning_shard.random_states"]
-    assert random_states["world_size"] == 2
-    for state in random_states["states"]:
-        assert {"torch", "python", "numpy"} <= set(state)
+    folder = path / "random_states" if path.is_dir() else Path(f"{path}.random_states")
+    parts = [states["lightning_shard.random_states"], torch.load(folder / "rank_1.pt", weights_only=True)]
+    for rank, part in enumerate(parts):
+        assert (part["world_size"], part["rank"]) == (2, rank)
+        assert {"torch", "python", "numpy"} <= set(part["state"])

@@ -10,7 +10,9 @@ from typing import Any
 
 import lightning.pytorch as pl
 import pytest
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.data import _update_dataloader
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
@@ -20,6 +22,7 @@ import lightning_shard.lightning
 from lightning_shard.lightning._private import (
     StrategyRegistryType,
     add_callbacks_before_checkpoints,
+    callback_state,
     disable_sampler_injection,
     finish_restored_epoch,
     predict_loader_count,
@@ -27,6 +30,7 @@ from lightning_shard.lightning._private import (
     rebuild_unrestored_training_loaders,
     record_batch_indices,
     reload_every_n_epochs,
+    replace_callback_state,
     sampler_injection_enabled,
     set_reload_every_n_epochs,
     training_batches_ready,
@@ -99,6 +103,45 @@ def test_callbacks_added_to_the_list_run_before_the_checkpoints(tmp_path: Path) 
     trainer.fit(Recorder(str(tmp_path)), loader(8, 2))
     assert first.seen == second.seen == ["batch end"] * 2
     assert trainer.callbacks.index(second) < trainer.callbacks.index(save), "Lightning kept the order"
+
+
+class _Counting(pl.Callback):
+    def __init__(self) -> None:
+        self.loaded: list[Any] = []
+
+    @property
+    def state_key(self) -> str:
+        return "counting"
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"count": 1}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.loaded.append(state_dict)
+
+
+class _Replacing(SingleDeviceStrategy):
+    """Has the callback restore another state than the saved one, as ``ShardingHooks.load_checkpoint`` does."""
+
+    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+        checkpoint = super().load_checkpoint(checkpoint_path)
+        assert callback_state(checkpoint, "counting") == {"count": 1}
+        replace_callback_state(checkpoint, "counting", {"count": 2})
+        return checkpoint
+
+
+def test_a_strategy_finds_and_replaces_a_callbacks_state_in_the_checkpoint(tmp_path: Path) -> None:
+    """What the random states rely on: a callback's state is the checkpoint's entry ``callback_state`` finds,
+    in the dict a strategy writes, and the entry a strategy replaces is what the callback restores."""
+    trainer = pl.Trainer(max_steps=1, callbacks=[_Counting()], **_settings(tmp_path))
+    trainer.fit(Recorder(str(tmp_path)), loader(8, 2))
+    trainer.save_checkpoint(tmp_path / "saved.ckpt")
+    assert callback_state(torch.load(tmp_path / "saved.ckpt", weights_only=True), "counting") == {"count": 1}
+    assert callback_state({}, "counting") is None
+    counting, strategy = _Counting(), _Replacing(device=torch.device("cpu"))
+    resumed = pl.Trainer(max_steps=2, callbacks=[counting], strategy=strategy, **_settings(tmp_path))
+    resumed.fit(Recorder(str(tmp_path)), loader(8, 2), ckpt_path=str(tmp_path / "saved.ckpt"))
+    assert counting.loaded == [{"count": 2}]
 
 
 class _Reloading(Recorder):

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, WeightedRandomSampler
 
 from lightning_shard import prepare_data_loader
-from lightning_shard.comm.random_states import capture, gather_states, own_state, restore
+from lightning_shard.comm.random_states import GATHERED, capture, own_part, own_state, restore
 from lightning_shard.loaders.main_draws import fetch_seed
 from tests.helpers.samplers import Buckets, Evens, GlobalPermutation, MaxTokens
 
@@ -222,7 +222,7 @@ def test_random_states_round_trip_through_a_weights_only_checkpoint() -> None:
     random.seed(2)
     np.random.seed(3)
     np.random.randn()  # NOTE: a cached Gaussian in NumPy's state
-    saved = gather_states()
+    saved = own_part()
     expected = (torch.rand(3), random.random(), np.random.randn(2))
     buffer = io.BytesIO()
     torch.save(saved, buffer)
@@ -236,7 +236,18 @@ def test_random_states_round_trip_through_a_weights_only_checkpoint() -> None:
     assert torch.equal(again[0], expected[0]) and again[1] == expected[1]
     assert np.array_equal(again[2], expected[2])
     assert own_state({**loaded, "world_size": 2}) is None, "another number of processes starts afresh"
+    assert own_state({**loaded, "rank": 1}) is None, "another process's states are not this one's"
     assert set(capture()) >= {"torch", "python", "numpy"}
+
+
+def test_the_gathered_random_states_of_0_3_0_still_give_this_process_its_own() -> None:
+    """0.3.0 saved every process's states in process 0's checkpoint (format 1); Fabric's ``load`` and the
+    callback read them with ``own_state`` as before (the ``Trainer``: ``tests/lightning/test_random_states.py``)."""
+    torch.manual_seed(5)
+    state = capture()
+    gathered = {"version": GATHERED, "world_size": 1, "states": [state]}
+    assert own_state(gathered) is state
+    assert own_state({**gathered, "world_size": 2}) is None
 
 
 def test_a_seeded_users_sampler_without_data_seed_resumes_from_the_saved_seed() -> None:

@@ -8,7 +8,7 @@
 checkpoint resumed; then a model with dropout over data augmented in the main process (``num_workers=0``,
 torch's global RNG), uninterrupted with a checkpoint mid-epoch, and resumed. ``one`` (1 process):
 the samplers' uninterrupted fits. ``model_parallel`` (2 processes, data parallel 2, FSDP2): the dropout
-fits with ``ShardModelParallelStrategy``. ``fabric`` (2 processes): the dropout run with
+fits with ``ShardModelParallelStrategy``, writing one checkpoint file, then a checkpoint directory. ``fabric`` (2 processes): the dropout run with
 ``ShardFabricStrategy``, saved and loaded through ``fabric.save`` / ``fabric.load``. Each uninterrupted
 run writes the checkpoint its resumed run starts from, at the step a killed run would have left it. Each fit records the
 ids of every step and its final weights, exactly (``float.hex``).
@@ -194,9 +194,9 @@ def fabric_dropout(out: Path) -> None:
     fabric.barrier()  # NOTE: every rank ends here before any exits (tests/scripts/fabric_run.py).
 
 
-def _model_parallel() -> ShardModelParallelStrategy:
+def _model_parallel(distributed_checkpoint: bool = False) -> ShardModelParallelStrategy:
     return ShardModelParallelStrategy(
-        data_parallel_size=2, tensor_parallel_size=1, save_distributed_checkpoint=False
+        data_parallel_size=2, tensor_parallel_size=1, save_distributed_checkpoint=distributed_checkpoint
     )
 
 
@@ -210,6 +210,7 @@ def main(phase: str, out: Path) -> None:
             sampler_fits(out, kind, 1)
     elif phase == "model_parallel":
         dropout_fits(out, "model_parallel", _model_parallel, ShardedDropout)
+        dropout_fits(out, "model_parallel_dcp", lambda: _model_parallel(True), ShardedDropout)
     elif phase == "fabric":
         fabric_dropout(out)
     else:
