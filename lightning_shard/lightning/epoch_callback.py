@@ -21,7 +21,7 @@ from lightning_shard.lightning._private import (
     set_reload_every_n_epochs,
 )
 from lightning_shard.lightning.continuity import TrainingLoaderRounds
-from lightning_shard.lightning.stages import flatten_loaders, is_shard_loader
+from lightning_shard.lightning.stages import ShardLoader, flatten_loaders, is_shard_loader
 from lightning_shard.loaders.streams import StreamReport
 
 
@@ -59,8 +59,14 @@ class ShardEpochCallback(Callback):
         self._end_reload(trainer)
         self._rounds.close()
         for loader in flatten_loaders(trainer.train_dataloader):
-            if is_shard_loader(loader) and loader.epoch != trainer.current_epoch:
-                loader.set_epoch(trainer.current_epoch)
+            if is_shard_loader(loader):
+                self.align(trainer, loader)
+
+    @staticmethod
+    def align(trainer: pl.Trainer, loader: ShardLoader) -> None:
+        """Put ``loader`` in the trainer's epoch (an epoch Lightning stopped without exhausting it ends)."""
+        if loader.epoch != trainer.current_epoch:
+            loader.set_epoch(trainer.current_epoch)
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
