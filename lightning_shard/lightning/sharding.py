@@ -168,23 +168,30 @@ class StrategySharding:
         if is_shard_loader(dataloader):
             loader: DataLoader = self._handed_back(dataloader)
         else:
-            with self._rounds.building():
-                loader = prepare_for_stage(dataloader, options, topology, stage, device)
-            self._rounds.add(loader)
-            if is_shard_loader(loader):
-                loader.set_epoch(trainer.current_epoch)
-                loader.resume_hook = LightningResumeHook(
-                    trainer,
-                    loader,
-                    resharded=functools.partial(self._epoch_callback.reload_next_epoch, trainer),
-                )
-                if self.strategy_options.audit:
-                    self._audit.watch(loader, records=self._strategy.global_rank in topology.leaders)
+            loader = self._training_loader(dataloader, options, topology, device)
         if is_shard_loader(loader):
             _load_early(loader, checkpoint_loader_states(trainer), position)
         # NOTE: after the checkpoint's state is loaded: the rest of an epoch resumed on another number of
         # processes can split unevenly even when the whole epoch does not.
         check_even_training(loader, options, topology)
+        return loader
+
+    def _training_loader(
+        self, dataloader: DataLoader, options: ShardOptions, topology: Topology, device: torch.device
+    ) -> DataLoader:
+        """``dataloader`` sharded for training in the current round, in the trainer's epoch, with the hook
+        that tells it what Lightning consumed (and, with ``audit=True``, the audit watching it)."""
+        trainer = self.trainer
+        with self._rounds.building():
+            loader = prepare_for_stage(dataloader, options, topology, "train", device)
+        self._rounds.add(loader)
+        if is_shard_loader(loader):
+            loader.set_epoch(trainer.current_epoch)
+            loader.resume_hook = LightningResumeHook(
+                trainer, loader, resharded=functools.partial(self._epoch_callback.reload_next_epoch, trainer)
+            )
+            if self.strategy_options.audit:
+                self._audit.watch(loader, records=self._strategy.global_rank in topology.leaders)
         return loader
 
     def _handed_back(self, loader: ShardLoader) -> ShardLoader:
