@@ -95,8 +95,9 @@ dist: $(STAMP)
 test-oldest: $(OLDEST)/.installed
 	OMP_NUM_THREADS=1 $(OLDEST_PY) -m pytest -q tests/lightning tests/loaders
 
-# NOTE: opt-in: Ray is heavy (a cluster on this machine, two workers; about two minutes), so neither the
-# `test` extra nor `make test` has it. This installs the `ray` extra into .venv and runs tests/ray.
+# NOTE: opt-in: Ray is heavy (clusters on this machine, of two and three workers; about six minutes), so
+# neither the `test` extra nor `make test` has it. This installs the `ray` extra into .venv and runs
+# tests/ray (a killed worker; the multi-machine guide's `ray_train.py`, relaunched on another worker count).
 test-ray: $(STAMP)
 	$(PY) -m pip install -q -c $(TORCH_PIN) -e ".[ray]"
 	LIGHTNING_SHARD_TEST_RAY=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q -rs tests/ray

@@ -27,6 +27,7 @@ LONGEST_FIRST = [
     "tests/lightning/test_streams.py",
     "tests/loaders/test_differential.py",
     "tests/lightning/test_litdata.py",
+    "tests/lightning/test_to_plain.py",
     "tests/lightning/test_model_parallel.py",
     "tests/core/test_differential.py",
 ]

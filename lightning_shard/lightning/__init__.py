@@ -15,6 +15,7 @@ from lightning_shard.lightning.epoch_callback import ShardEpochCallback
 from lightning_shard.lightning.fabric import ShardFabricStrategy
 from lightning_shard.lightning.fsdp import ShardFSDPStrategy
 from lightning_shard.lightning.model_parallel import ShardModelParallelStrategy
+from lightning_shard.lightning.plain_checkpoint import to_plain_checkpoint
 from lightning_shard.lightning.plan import ShardPlan
 from lightning_shard.lightning.prediction import ShardPredictionWriter
 from lightning_shard.lightning.strategy import ShardingHooks, ShardStrategy
@@ -35,4 +36,5 @@ __all__ = [
     "ShardPredictionWriter",
     "ShardStrategy",
     "ShardingHooks",
+    "to_plain_checkpoint",
 ]

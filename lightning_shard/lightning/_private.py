@@ -90,6 +90,31 @@ def checkpoint_loader_states(trainer: pl.Trainer) -> list[Any]:
     return list(getattr(loop, "_combined_loader_states_to_load", None) or [])
 
 
+def saved_loader_states(checkpoint: dict[str, Any]) -> list[Any]:
+    """The training loaders' states in a loaded checkpoint (empty when it has none)."""
+    # NOTE: `_FitLoop.on_save_checkpoint` keeps them in its own state under "combined_loader", nested by
+    # `Trainer.save_checkpoint` under "loops"; Lightning documents neither, and offers no reader.
+    return list(_fit_loop_state(checkpoint).get("combined_loader", []))
+
+
+def remove_saved_loader_states(checkpoint: dict[str, Any]) -> None:
+    """Remove the training loaders' states from a loaded checkpoint, as Lightning writes one without any."""
+    _fit_loop_state(checkpoint).pop("combined_loader", None)
+
+
+def _fit_loop_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    state = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {})
+    return state if isinstance(state, dict) else {}
+
+
+def saved_callback_states(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The callbacks' states in a loaded checkpoint, by ``Callback.state_key`` (the checkpoint's own dict)."""
+    # NOTE: the key is public in Lightning's checkpoint format; the adapter reads no other trainer setting
+    # of that name, which the guard of this module holds to `_private.py`.
+    states = checkpoint.get("callbacks")
+    return states if isinstance(states, dict) else {}
+
+
 def rebuild_unrestored_training_loaders(trainer: pl.Trainer) -> bool:
     """Build the training loaders again when they were built before the checkpoint's loop state was
     restored, so that the checkpoint's loader states are loaded; return whether they were rebuilt.

@@ -22,7 +22,7 @@ from lightning_shard.lightning._private import (
 )
 from lightning_shard.lightning.continuity import TrainingLoaderRounds
 from lightning_shard.lightning.random_state_files import KEY
-from lightning_shard.lightning.stages import flatten_loaders, is_shard_loader
+from lightning_shard.lightning.stages import ShardLoader, flatten_loaders, is_shard_loader
 from lightning_shard.loaders.streams import StreamReport
 
 
@@ -60,8 +60,14 @@ class ShardEpochCallback(Callback):
         self._end_reload(trainer)
         self._rounds.close()
         for loader in flatten_loaders(trainer.train_dataloader):
-            if is_shard_loader(loader) and loader.epoch != trainer.current_epoch:
-                loader.set_epoch(trainer.current_epoch)
+            if is_shard_loader(loader):
+                self.align(trainer, loader)
+
+    @staticmethod
+    def align(trainer: pl.Trainer, loader: ShardLoader) -> None:
+        """Put ``loader`` in the trainer's epoch (an epoch Lightning stopped without exhausting it ends)."""
+        if loader.epoch != trainer.current_epoch:
+            loader.set_epoch(trainer.current_epoch)
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

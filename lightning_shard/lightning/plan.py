@@ -35,6 +35,8 @@ class ShardPlan:
         stream: how an iterable dataset is split and how uneven ends are handled (``None``: map-style).
         scalable_shuffle: whether the order is ``scalable_shuffle``'s keyed permutation (not
             ``RandomSampler``'s).
+        accumulate_grad_batches: batches whose gradients each optimizer step sums. Lightning saves no
+            accumulated gradient, so only a checkpoint written at an optimizer step resumes bit for bit.
     """
 
     num_processes: int
@@ -50,6 +52,7 @@ class ShardPlan:
     short_schedulers: tuple[str, ...] = ()
     stream: str | None = None
     scalable_shuffle: bool = False
+    accumulate_grad_batches: int = 1
 
     def __str__(self) -> str:
         steps = "an unknown number of" if self.steps_per_epoch is None else str(self.steps_per_epoch)
@@ -74,6 +77,12 @@ class ShardPlan:
             + (
                 "; scalable shuffle: keyed order of (data_seed, epoch), not RandomSampler's"
                 if self.scalable_shuffle
+                else ""
+            )
+            + (
+                f"; {self.accumulate_grad_batches} batches accumulated per optimizer step: a checkpoint "
+                "resumes bit for bit only at an optimizer step (Lightning saves no accumulated gradient)"
+                if self.accumulate_grad_batches > 1
                 else ""
             )
         )
@@ -119,6 +128,7 @@ def plan_for(
         short_schedulers=tuple(short.describe() for short in short_schedulers or ()),
         stream=describe_stream(loader.dataset, loader.stream),
         scalable_shuffle=state.sampler == ScalableRandomSampler.__name__,
+        accumulate_grad_batches=accumulate_grad_batches,
     )
 
 

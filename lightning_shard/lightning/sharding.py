@@ -152,31 +152,59 @@ class StrategySharding:
 
     def process_dataloader(self, dataloader: object) -> object:
         """``dataloader`` sharded with the options of the running stage (one already sharded is kept)."""
-        if not isinstance(dataloader, DataLoader) or is_shard_loader(dataloader) or self.loaders_left_alone:
+        if not isinstance(dataloader, DataLoader) or self.loaders_left_alone:
             return dataloader
         trainer, topology, device = self.trainer, self.topology, self._strategy.root_device
         stage = stage_key(trainer.state.stage)
         options = self.options_for(stage)
         if stage != "train":
+            if is_shard_loader(dataloader):
+                return dataloader
             prepared = prepare_for_stage(dataloader, options, topology, stage, device)
             if is_shard_loader(prepared):
                 prepared.resume_hook = EvaluationResumeHook()
             return prepared
         position = len(self._rounds.current)
+        if is_shard_loader(dataloader):
+            loader: DataLoader = self._handed_back(dataloader)
+        else:
+            loader = self._training_loader(dataloader, options, topology, device)
+        if is_shard_loader(loader):
+            _load_early(loader, checkpoint_loader_states(trainer), position)
+        # NOTE: after the checkpoint's state is loaded: the rest of an epoch resumed on another number of
+        # processes can split unevenly even when the whole epoch does not.
+        check_even_training(loader, options, topology)
+        return loader
+
+    def _training_loader(
+        self, dataloader: DataLoader, options: ShardOptions, topology: Topology, device: torch.device
+    ) -> DataLoader:
+        """``dataloader`` sharded for training in the current round, in the trainer's epoch, with the hook
+        that tells it what Lightning consumed (and, with ``audit=True``, the audit watching it)."""
+        trainer = self.trainer
         with self._rounds.building():
-            loader = prepare_for_stage(dataloader, options, topology, stage, device)
+            loader = prepare_for_stage(dataloader, options, topology, "train", device)
         self._rounds.add(loader)
         if is_shard_loader(loader):
             loader.set_epoch(trainer.current_epoch)
             loader.resume_hook = LightningResumeHook(
                 trainer, loader, resharded=functools.partial(self._epoch_callback.reload_next_epoch, trainer)
             )
-            _load_early(loader, checkpoint_loader_states(trainer), position)
             if self.strategy_options.audit:
                 self._audit.watch(loader, records=self._strategy.global_rank in topology.leaders)
-        # NOTE: after the checkpoint's state is loaded: the rest of an epoch resumed on another number of
-        # processes can split unevenly even when the whole epoch does not.
-        check_even_training(loader, options, topology)
+        return loader
+
+    def _handed_back(self, loader: ShardLoader) -> ShardLoader:
+        """A training loader of ours that Lightning hands back to be measured again, put in the trainer's epoch.
+
+        NOTE: Lightning puts the loaders it prepares back into the user's ``CombinedLoader``, so a reload of
+        it (at an epoch's start, or the rebuild of ``rebuild_unrestored_training_loaders``) hands ours back.
+        Lightning measures them before ``on_train_epoch_start`` sets their epoch: one still in the epoch
+        Lightning stopped without exhausting it would be measured as that epoch, which after a resume on
+        another number of processes has the steps taken there plus the steps left.
+        """
+        self._rounds.keep(loader)
+        self._epoch_callback.align(self.trainer, loader)
         return loader
 
     def wrap_optimizers(

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -82,14 +82,18 @@ class _Lines:
             return "".join(self.lines)
 
 
-def finish(command: list[str], timeout: float, cwd: Path = ROOT) -> tuple[int, str]:
+def finish(
+    command: list[str], timeout: float, cwd: Path = ROOT, base_env: Mapping[str, str] | None = None
+) -> tuple[int, str]:
     """Run ``command`` in a new session until every process holding its output has ended; fail the test
     when it printed nothing for ``timeout`` seconds (a hang).
 
     Returns its exit code and output. Whatever it started and left running is killed, on success too.
+    ``base_env``: the environment to start from (default: this process's).
     """
     mark = new_mark()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "default", mark: "1"}
+    base = os.environ if base_env is None else base_env
+    env = {**base, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "default", mark: "1"}
     process = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,

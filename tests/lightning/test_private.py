@@ -30,8 +30,11 @@ from lightning_shard.lightning._private import (
     rebuild_unrestored_training_loaders,
     record_batch_indices,
     reload_every_n_epochs,
+    remove_saved_loader_states,
     replace_callback_state,
     sampler_injection_enabled,
+    saved_callback_states,
+    saved_loader_states,
     set_reload_every_n_epochs,
     training_batches_ready,
     unwrap_index_batch_sampler,
@@ -142,6 +145,48 @@ def test_a_strategy_finds_and_replaces_a_callbacks_state_in_the_checkpoint(tmp_p
     resumed = pl.Trainer(max_steps=2, callbacks=[counting], strategy=strategy, **_settings(tmp_path))
     resumed.fit(Recorder(str(tmp_path)), loader(8, 2), ckpt_path=str(tmp_path / "saved.ckpt"))
     assert counting.loaded == [{"count": 2}]
+
+
+class _CountingBatches(pl.Callback):
+    def __init__(self) -> None:
+        self.batches = 0
+
+    @property
+    def state_key(self) -> str:
+        return "counting"
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        self.batches += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"batches": self.batches}
+
+
+def test_where_a_checkpoint_keeps_loader_and_callback_states(tmp_path: Path) -> None:
+    """What ``to_plain_checkpoint`` relies on: Lightning keeps a stateful training loader's state where
+    ``saved_loader_states`` reads it, refuses it with a plain loader (the message the Troubleshooting page
+    quotes), and resumes once ``remove_saved_loader_states`` removed it; callbacks' states by their key."""
+    save = ModelCheckpoint(tmp_path / "checkpoints", every_n_train_steps=2, filename="saved")
+    stateful = StatefulDataLoader(RecordMap(12), batch_size=2)
+    callbacks = [save, _CountingBatches()]
+    pl.Trainer(max_steps=2, callbacks=callbacks, **_settings(tmp_path)).fit(Recorder(str(tmp_path)), stateful)
+    path = tmp_path / "checkpoints" / "saved.ckpt"
+    checkpoint = torch.load(path, weights_only=True)
+    (state,) = saved_loader_states(checkpoint)
+    assert state["_num_yielded"] == 2
+    assert saved_callback_states(checkpoint)["counting"] == {"batches": 2}
+    plain = pl.Trainer(max_steps=3, enable_checkpointing=False, **_settings(tmp_path))
+    with pytest.raises(RuntimeError, match="The CombinedLoader has 0 stateful loaders, but found 1 states"):
+        plain.fit(Recorder(str(tmp_path)), loader(12, 2), ckpt_path=str(path))
+    remove_saved_loader_states(checkpoint)
+    assert saved_loader_states(checkpoint) == []
+    torch.save(checkpoint, path)
+    resumed = Recorder(str(tmp_path))
+    with pytest.warns(UserWarning, match="ended before the epoch ended"):
+        pl.Trainer(max_steps=3, enable_checkpointing=False, **_settings(tmp_path)).fit(
+            resumed, loader(12, 2), ckpt_path=str(path)
+        )
+    assert [batch_idx for _, batch_idx, _ in resumed.records["train"]] == [2]
 
 
 class _Reloading(Recorder):

@@ -22,7 +22,7 @@ LENGTH, BATCH, STOP_AT = 50, 4, 3
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("resume")
-    for phase in ("one", "two", "three", "back"):
+    for phase in ("one", "two", "three", "back", "fewer"):
         run_command(script("resume", phase, str(out)), timeout=400)
     return out
 
@@ -116,6 +116,40 @@ def test_several_training_loaders_resume_what_training_consumed(runs: Path, mode
     for rank in (0, 1):
         assert len(stopped[rank]) == STOP_AT + 1
         assert stopped[rank] + resumed[rank] == full[rank], "each loader continues after what was consumed"
+
+
+@pytest.mark.parametrize("mode", ["max_size_cycle", "min_size"])
+@pytest.mark.parametrize(("devices", "early"), [(1, False), (1, True), (3, True)])
+def test_several_loaders_resumed_on_another_count_run_the_next_epoch_whole(
+    runs: Path, mode: str, devices: int, early: bool
+) -> None:
+    """``a``: 24 samples in batches of 3, ``b``: 14 in 2s, saved on 2 processes after 3 steps (a whole epoch
+    there: 4 steps of each); ``early``: the loaders built before Lightning restores the fit loop."""
+    root = runs / f"pair_{mode}"
+    stopped = _records(root / "stop")
+    resumed = _records(root / f"resume{devices}{'_early' if early else ''}")
+    combine = max if mode == "max_size_cycle" else min
+    rest = combine(-(-2 // devices), -(-1 // devices))  # a has 2 of its 8 batches left, b 1 of 7
+    per_epoch = combine(-(-8 // devices), -(-7 // devices))
+    for rank in resumed:
+        assert [step[1] for step in rank["train"] if step[0] == 0] == list(range(STOP_AT, STOP_AT + rest))
+        assert [steps for epoch, steps in rank["epochs"] if epoch == 1] == [per_epoch], "measured whole"
+        assert len([step for step in rank["train"] if step[0] == 1]) == per_epoch
+    before = [step for record in stopped for step in record["train"]]
+    after = [step for record in resumed for step in record["train"]]
+
+    def ids(steps: list[Any], epoch: int, key: str) -> list[int]:
+        return [i for e, _, batch in steps if e == epoch for i in batch[key]]
+
+    assert set(ids(before, 0, "b") + ids(after, 0, "b")) == set(range(14)), "the resumed epoch loses nothing"
+    assert set(ids(after, 1, "b")) == set(range(14)), "the next epoch of the shorter loader is whole"
+    a = ids(after, 1, "a")
+    assert len(a) == per_epoch * 3 * devices
+    if mode == "max_size_cycle":
+        assert set(ids(before, 0, "a") + ids(after, 0, "a")) == set(range(24))
+        assert set(a) == set(range(24)), "the next epoch of the longer loader is whole"
+    else:
+        assert len(set(a)) == min(len(a), 24), "no sample of the longer loader twice"
 
 
 @pytest.mark.parametrize("kind", ["monitored", "every"])

@@ -226,7 +226,9 @@ def test_plan_line() -> None:
     assert (plan.batches_per_epoch, plan.steps_per_epoch, plan.padded_samples) == (7, 4, 6)
     assert str(plan) == (
         "lightning_shard plan: 2 processes (shard), batch size 4 per process and 8 global, 4 optimizer steps "
-        "per epoch, 6 samples padded in the last step, step schedulers x2 per optimizer step"
+        "per epoch, 6 samples padded in the last step, step schedulers x2 per optimizer step; 2 batches "
+        "accumulated per optimizer step: a checkpoint resumes bit for bit only at an optimizer step (Lightning "
+        "saves no accumulated gradient)"
     )
     dropped = prepare_with_options(loader(50, 4, drop_last=True), ShardOptions(), Topology(2, 0))
     plan = plan_for(

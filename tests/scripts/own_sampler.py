@@ -6,9 +6,11 @@
 ``two`` (2 processes, ``ShardStrategy``): for each sampler of ``tests/helpers/samplers.py`` and
 ``WeightedRandomSampler`` without a generator, an uninterrupted fit that checkpoints in epoch 1, and that
 checkpoint resumed; then a model with dropout over data augmented in the main process (``num_workers=0``,
-torch's global RNG), uninterrupted with a checkpoint mid-epoch, and resumed. ``one`` (1 process):
-the samplers' uninterrupted fits. ``model_parallel`` (2 processes, data parallel 2, FSDP2): the dropout
-fits with ``ShardModelParallelStrategy``, writing one checkpoint file, then a checkpoint directory. ``fabric`` (2 processes): the dropout run with
+torch's global RNG), uninterrupted with a checkpoint mid-epoch, and resumed; and that model with
+``accumulate_grad_batches=3``, resumed from an optimizer step and from the middle of a window. ``one`` (1 process):
+the samplers' uninterrupted fits. ``three`` (3 processes): the dropout fits. ``model_parallel`` (2 processes, data
+parallel 2, FSDP2): the dropout fits with ``ShardModelParallelStrategy``, writing one checkpoint file, then a
+checkpoint directory. ``fabric`` (2 processes): the dropout run with
 ``ShardFabricStrategy``, saved and loaded through ``fabric.save`` / ``fabric.load``. Each uninterrupted
 run writes the checkpoint its resumed run starts from, at the step a killed run would have left it. Each fit records the
 ids of every step and its final weights, exactly (``float.hex``).
@@ -24,7 +26,7 @@ from typing import Any
 import lightning as L
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 
@@ -140,19 +142,57 @@ class ShardedDropout(Dropout):
         fully_shard(self.net, mesh=self.device_mesh["data_parallel"])
 
 
-def dropout_fits(out: Path, name: str, make_strategy: Any, model: type[Dropout]) -> None:
-    """Uninterrupted (checkpointed after ``DROPOUT_STOP`` steps, mid-epoch 0) and resumed: 2 epochs."""
+def dropout_fits(
+    out: Path, name: str, make_strategy: Any, model: type[Dropout], devices: int = 2, stop: int = DROPOUT_STOP
+) -> None:
+    """Uninterrupted (checkpointed after ``stop`` steps, mid-epoch 0) and resumed: 2 epochs."""
     full, checkpoints = _dir(out, f"{name}/full"), out / name / "checkpoints"
     pl.seed_everything(0)
-    trainer(full, make_strategy(), max_epochs=2, **_saving(checkpoints, DROPOUT_STOP)).fit(
+    trainer(full, make_strategy(), devices, max_epochs=2, **_saving(checkpoints, stop)).fit(
         model(str(full)), augmented_loader()
     )
     resume = _dir(out, f"{name}/resume")
-    checkpoint = checkpoints / f"step={DROPOUT_STOP}.ckpt"
+    checkpoint = checkpoints / f"step={stop}.ckpt"
     pl.seed_everything(1)
-    trainer(resume, make_strategy(), max_epochs=2).fit(
+    trainer(resume, make_strategy(), devices, max_epochs=2).fit(
         model(str(resume)), augmented_loader(), ckpt_path=str(checkpoint)
     )
+
+
+ACCUMULATE, MID_WINDOW = 3, 4
+"""``accumulate_fits``: 7 batches an epoch on 2 processes, summed in windows of 3 (0-2, 3-5, 6); the
+mid-window checkpoint is written after batch 4, between the optimizer steps of batches 2 and 5."""
+
+
+class _MidWindow(Checkpoint):
+    """Writes ``path`` after batch ``MID_WINDOW`` of epoch 0, while a gradient is accumulated."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if trainer.current_epoch == 0 and batch_idx == MID_WINDOW:
+            trainer.save_checkpoint(self.path)
+
+
+def accumulate_fits(out: Path) -> None:
+    """The dropout fit with ``accumulate_grad_batches=3``, uninterrupted, writing a checkpoint at its second
+    optimizer step (``step=2.ckpt``, after batch 5) and one mid-window (``mid.ckpt``); each resumed."""
+    full, checkpoints = _dir(out, "accumulate/full"), out / "accumulate" / "checkpoints"
+    settings = _saving(checkpoints, 2)
+    settings["callbacks"].append(_MidWindow(checkpoints / "mid.ckpt"))
+    pl.seed_everything(0)
+    trainer(full, max_epochs=2, accumulate_grad_batches=ACCUMULATE, **settings).fit(
+        Dropout(str(full)), augmented_loader()
+    )
+    for kind, name in (("at_step", "step=2.ckpt"), ("mid_window", "mid.ckpt")):
+        resume = _dir(out, f"accumulate/resume_{kind}")
+        pl.seed_everything(1)
+        trainer(resume, max_epochs=2, accumulate_grad_batches=ACCUMULATE).fit(
+            Dropout(str(resume)), augmented_loader(), ckpt_path=str(checkpoints / name)
+        )
 
 
 def fabric_dropout(out: Path) -> None:
@@ -205,6 +245,9 @@ def main(phase: str, out: Path) -> None:
         for kind in SAMPLERS:
             sampler_fits(out, kind, 2)
         dropout_fits(out, "ddp", lambda: "shard", Dropout)
+        accumulate_fits(out)
+    elif phase == "three":
+        dropout_fits(out, "ddp3", lambda: "shard", Dropout, devices=3, stop=3)
     elif phase == "one":
         for kind in SAMPLERS:
             sampler_fits(out, kind, 1)

@@ -3,11 +3,14 @@
     python -m tests.scripts.resume PHASE OUT_DIR   (from the repository root)
 
 ``one`` (1 process): a shuffled fit stopped mid-epoch. ``two`` (2 processes): that checkpoint resumed
-(1 -> 2); fits stopped mid-epoch in shard, ``split_batches`` and dispatch mode and over a (strided) stream; a stop with 0 workers
-resumed with 2, and a stream that its workers split stopped with 2 workers, resumed with none; several training loaders stopped and resumed; checkpoints written while validation runs
-inside an epoch, resumed. ``three`` (3 processes): the 2-process checkpoints resumed (2 -> 3), a
-``split_batches`` checkpoint the new count cannot split (refused), a 3-process stop. ``back`` (2
-processes): the 3-process checkpoint resumed (3 -> 2). Each fit records what every process trained on.
+(1 -> 2); fits stopped mid-epoch in shard, ``split_batches`` and dispatch mode and over a (strided)
+stream; a stop with 0 workers resumed with 2, and a stream that its workers split stopped with 2
+workers, resumed with none; several training loaders stopped and resumed, and stopped to resume on
+other counts; checkpoints written while validation runs inside an epoch, resumed. ``three`` (3
+processes): the 2-process checkpoints resumed (2 -> 3), a ``split_batches`` checkpoint the new count
+cannot split (refused), a 3-process stop. ``back`` (2 processes): the 3-process checkpoint resumed
+(3 -> 2). ``fewer`` (1 process): the several loaders' checkpoints resumed (2 -> 1). Each fit records
+what every process trained on.
 """
 
 from __future__ import annotations
@@ -127,6 +130,54 @@ def several(out: Path, mode: str) -> None:
     trainer(path, max_epochs=2).fit(_Several(str(path)), make(), ckpt_path=str(checkpoint))
 
 
+class _Pair(_Several):
+    """``_Several`` that also records, at each epoch's start, the batches Lightning will run; with ``early``
+    its ``configure_optimizers`` reads ``trainer.estimated_stepping_batches``, as sizing a ``OneCycleLR``
+    does, so that Lightning builds the loaders before it restores the fit loop."""
+
+    def __init__(self, out_dir: str, early: bool = False) -> None:
+        super().__init__(out_dir)
+        self.early = early
+        self.records["epochs"] = []
+
+    def on_train_epoch_start(self) -> None:
+        self.records["epochs"].append([self.current_epoch, self.trainer.num_training_batches])
+
+    def configure_optimizers(self) -> Any:
+        if self.early:
+            assert self.trainer.estimated_stepping_batches > 0
+        return super().configure_optimizers()
+
+
+def _pair(mode: str) -> CombinedLoader:
+    """Two shuffled loaders whose epochs end at different steps: 24 samples in 3s, 14 in 2s."""
+    return CombinedLoader({"a": loader(24, 3, shuffle=True), "b": loader(14, 2, shuffle=True)}, mode=mode)
+
+
+def pair_stop(out: Path) -> None:
+    """Each mode's pair of loaders on 2 processes, checkpointed after ``STOP_AT`` steps."""
+    for mode in ("max_size_cycle", "min_size"):
+        path = _dir(out, f"pair_{mode}/stop")
+        save = ModelCheckpoint(
+            out / f"pair_{mode}" / "checkpoints", every_n_train_steps=STOP_AT, filename="{step}"
+        )
+        pl.seed_everything(0)
+        fit = trainer(path, max_steps=STOP_AT, callbacks=[save], enable_checkpointing=True)
+        fit.fit(_Pair(str(path)), _pair(mode))
+
+
+def pair_resume(out: Path, devices: int, early: tuple[bool, ...]) -> None:
+    """The 2-process checkpoints resumed on ``devices`` to the end of 2 epochs."""
+    for mode in ("max_size_cycle", "min_size"):
+        (checkpoint,) = (out / f"pair_{mode}" / "checkpoints").glob("*.ckpt")
+        for built_early in early:
+            path = _dir(out, f"pair_{mode}/resume{devices}{'_early' if built_early else ''}")
+            pl.seed_everything(1)
+            trainer(path, devices=devices, max_epochs=2).fit(
+                _Pair(str(path), built_early), _pair(mode), ckpt_path=str(checkpoint)
+            )
+
+
 def during_validation(out: Path) -> None:
     """Validation every 2 training steps; checkpoints written at a validation's end (a monitored metric)
     and at ``every_n_train_steps`` landing on a validated step; each resumed."""
@@ -174,6 +225,7 @@ def two(out: Path) -> None:
     stream_workers(out)
     several(out, "max_size_cycle")
     several(out, "min_size")
+    pair_stop(out)
     during_validation(out)
 
 
@@ -182,6 +234,7 @@ def three(out: Path) -> None:
         resume(out, mode, mode, 2, 3)
     stop(out, "back", "shard", 3)
     _refuse_split(out)
+    pair_resume(out, 3, early=(True,))
 
 
 def _refuse_split(out: Path) -> None:
@@ -200,7 +253,11 @@ def back(out: Path) -> None:
     resume(out, "back", "shard", 3, 2)
 
 
-PHASES = {function.__name__: function for function in (one, two, three, back)}
+def fewer(out: Path) -> None:
+    pair_resume(out, 1, early=(False, True))
+
+
+PHASES = {function.__name__: function for function in (one, two, three, back, fewer)}
 
 if __name__ == "__main__":
     PHASES[sys.argv[1]](Path(sys.argv[2]))
