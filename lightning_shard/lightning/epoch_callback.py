@@ -10,7 +10,6 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
 from lightning_shard.comm.random_states import gather_states, own_state, random_streams_notice, restore
@@ -23,6 +22,7 @@ from lightning_shard.lightning._private import (
 from lightning_shard.lightning.continuity import TrainingLoaderRounds
 from lightning_shard.lightning.stages import flatten_loaders, is_shard_loader
 from lightning_shard.loaders.streams import StreamReport
+from lightning_shard.log import info
 
 
 class ShardEpochCallback(Callback):
@@ -69,7 +69,7 @@ class ShardEpochCallback(Callback):
             report = loader.stream.report if is_shard_loader(loader) and loader.stream is not None else None
             if report is not None and report.epoch == trainer.current_epoch:
                 self.stream_reports.append(report)
-                rank_zero_info(f"lightning_shard {report.summary()}")
+                info(f"lightning_shard {report.summary()}")
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -106,7 +106,7 @@ class ShardRandomStatesCallback(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._pending = own_state(state_dict)
         if self._pending is None and state_dict:
-            rank_zero_info(random_streams_notice(state_dict))
+            info(random_streams_notice(state_dict))
 
     @override
     def on_train_batch_start(

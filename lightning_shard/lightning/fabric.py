@@ -29,6 +29,7 @@ from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import StrategyRegistryType, register_names
 from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.stages import is_shard_loader
+from lightning_shard.log import info
 from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_with_options
 from lightning_shard.sampling.balance import EvenBatches
@@ -62,6 +63,7 @@ class ShardFabricStrategy(DDPStrategy):
     REGISTERED_NAMES: tuple[tuple[str, dict[str, Any]], ...] = (
         ("shard", {"start_method": "popen"}),
         ("shard_spawn", {"start_method": "spawn"}),
+        ("shard_notebook", {"start_method": "fork"}),
     )
     """``(name, init_args)`` under which the strategy registers in Fabric's registry."""
 
@@ -140,8 +142,8 @@ class ShardFabricStrategy(DDPStrategy):
             own = own_state(saved)
             if own is not None:
                 restore(own)
-            elif self.global_rank == 0:
-                print(random_streams_notice(saved))
+            else:
+                info(random_streams_notice(saved))
         return remainder
 
     @classmethod
