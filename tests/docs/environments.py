@@ -42,10 +42,11 @@ def _makefile_words(name: str) -> list[str]:
 
 
 def _requirement(package: str) -> str:
-    """``package`` as the ``test`` extra requires it (so the versions are those ``.venv`` holds)."""
-    test_extra = [r.split(";")[0] for r in requires("lightning_shard") or [] if 'extra == "test"' in r]
-    found = [r for r in test_extra if re.split(r"[\[<>=!~\s]", r, maxsplit=1)[0] == package]
-    assert found, f"{package} is not in the `test` extra of pyproject.toml"
+    """``package`` as an extra of ``pyproject.toml`` (``examples``) requires it (so the versions are those
+    ``.venv`` holds)."""
+    extras = [r.split(";")[0] for r in requires("lightning_shard") or [] if "extra ==" in r]
+    found = [r for r in extras if re.split(r"[\[<>=!~\s]", r, maxsplit=1)[0] == package]
+    assert found, f"{package} is not in the `examples` extra of pyproject.toml"
     return found[0]
 
 
