@@ -31,14 +31,17 @@ def refusal(loader: Any, state: dict[str, Any]) -> str:
     return str(refused.value)
 
 
-AFRESH = "`trainer.fit(ckpt_path=...)` with a checkpoint written between epochs"
+BETWEEN_EPOCHS = "`trainer.fit(ckpt_path=...)` with a checkpoint written between epochs"
+WITHOUT_STATE = (
+    "`trainer.fit` without `ckpt_path`, the weights loaded with `LightningModule.load_from_checkpoint`"
+)
 
 
 def test_a_changed_dispatch_batches_is_named() -> None:
     # NOTE: a dispatcher needs a process group; its saved state differs from a shard loader's in `mode` only.
     message = refusal(prepared(), {**saved_state(), "mode": "dispatch"})
     assert "saved with `dispatch_batches=True`, but this loader has `dispatch_batches=False`" in message
-    assert "mode" not in message and AFRESH in message
+    assert "mode" not in message and WITHOUT_STATE in message
 
 
 @pytest.mark.parametrize(
@@ -60,7 +63,7 @@ def test_a_changed_sampler_option_is_named(
     message = refusal(prepared(**here), saved_state(**saved))
     assert f"saved with `{named[0]}`, but this loader has `{named[1]}`" in message
     assert "Sampler'" not in message, "the sampler's class is an internal name"
-    assert AFRESH in message
+    assert BETWEEN_EPOCHS in message
 
 
 def test_a_sampler_that_is_no_option_keeps_its_class_name() -> None:
@@ -71,14 +74,22 @@ def test_a_sampler_that_is_no_option_keeps_its_class_name() -> None:
     )
 
 
-def test_starting_afresh_says_how_under_lightning() -> None:
+def test_starting_afresh_says_how_under_lightning_and_the_way_it_names_works() -> None:
+    """A state of another sampler is refused mid-epoch only, so a checkpoint written between epochs is the
+    fix; one of another batch size (or version) is refused between epochs too, so the fix is not to load it."""
+    seeded = saved_state(use_seedable_sampler=True)
+    assert BETWEEN_EPOCHS in refusal(prepared(), seeded)
+    between_epochs = prepared(use_seedable_sampler=True)
+    list(between_epochs)
+    prepared().load_state_dict(between_epochs.state_dict())  # loads: the fix the message names works
+
     other_batch_size = prepare_data_loader(
         DataLoader(range(20), batch_size=8, shuffle=True), num_processes=2, process_index=0
     )
-    for loader, state in (
-        (other_batch_size, saved_state()),
-        (prepared(), {**saved_state(), "version": STATE_VERSION + 1}),
-    ):
+    finished = prepared()
+    list(finished)
+    for state in (saved_state(), finished.state_dict(), {**saved_state(), "version": STATE_VERSION + 1}):
+        loader = prepared() if state.get("version") != STATE_VERSION else other_batch_size
         message = refusal(loader, state)
-        assert "start the epoch afresh" in message and AFRESH in message
-        assert "`epoch=E-step=S.ckpt` that `ModelCheckpoint` writes at an epoch's end" in message
+        assert "start the epoch afresh" in message and WITHOUT_STATE in message
+        assert BETWEEN_EPOCHS not in message, "a state saved between epochs is refused as well"

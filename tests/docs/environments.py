@@ -34,7 +34,7 @@ RUN_TIMEOUT = 300.0
 TORCH_PIN = ROOT / "tests" / "torch-constraints.txt"
 
 
-def _makefile_words(name: str) -> list[str]:
+def makefile_words(name: str) -> list[str]:
     """The words of the Makefile's ``NAME := ...`` (one source for how LitData installs)."""
     line = re.search(rf"^{name} := (.+)$", (ROOT / "Makefile").read_text(), re.M)
     assert line is not None, f"no {name} in the Makefile"
@@ -70,8 +70,8 @@ class Environment:
         if plain:
             self.pip("install", "-q", *map(_requirement, plain))
         if "litdata" in packages:
-            self.pip("install", "-q", "--no-deps", *_makefile_words("LITDATA"))
-            self.pip("install", "-q", *_makefile_words("LITDATA_DEPS"))
+            self.pip("install", "-q", "--no-deps", *makefile_words("LITDATA"))
+            self.pip("install", "-q", *makefile_words("LITDATA_DEPS"))
 
     def holds(self, modules: list[str]) -> set[str]:
         """Which of ``modules`` are importable here (looked up, not imported)."""
