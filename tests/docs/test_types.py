@@ -5,14 +5,17 @@ Each page's untitled blocks make one module (they run in one namespace) and its 
 they name; pages whose files share no name are checked in one mypy run, in one directory, so that a page's
 ``from model import ...`` finds its own ``model.py``.
 
-NOTE: two error codes are off: torch's stubs type ``DataLoader(dataset)`` and ``DistributedSampler(dataset)``
-as taking a ``Dataset``, which the pages' ``range(10)`` and ``list(range(10))`` are not for mypy (they are
-at run time: anything with ``__len__`` and ``__getitem__``); ``arg-type`` reports that, and
-``var-annotated`` the sampler or loader whose type it then cannot infer.
+NOTE: two error codes are off, in each module (an inline setting, so that the repository's mypy cache,
+which ``make test`` fills first, still holds for torch and Lightning): torch's stubs type
+``DataLoader(dataset)`` and ``DistributedSampler(dataset)`` as taking a ``Dataset``, which the pages'
+``range(10)`` and ``list(range(10))`` are not for mypy (they are at run time: anything with ``__len__`` and
+``__getitem__``); ``arg-type`` reports that, and ``var-annotated`` the sampler or loader whose type it
+then cannot infer.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -21,22 +24,20 @@ import pytest
 from tests.docs.blocks import Block, blocks, files, page_id, pages, steps
 from tests.helpers.runner import ROOT, finish
 
-OFF = ("arg-type", "var-annotated")
+INLINE = '# mypy: disable-error-code="arg-type, var-annotated"\n'
 TIMEOUT = 600.0
-"""Generous: mypy reads torch's and Lightning's stubs once (a minute on a loaded machine); this bound only
-ends a hang."""
+"""Generous: mypy prints nothing until it is done, and reads torch's and Lightning's stubs once (a minute
+on a loaded machine without the repository's cache); this bound only ends a hang."""
 
 
 def modules(page: Path) -> dict[str, str]:
     """The files mypy checks for ``page``: its titled files, and its untitled blocks as one module."""
     page_blocks = blocks(page)
-    untitled = [step.code for step in steps(page_blocks) if isinstance(step, Block)]
+    untitled = "".join(step.code for step in steps(page_blocks) if isinstance(step, Block))
     own = dict(files(page_blocks))
     if untitled:
-        own[f"page_{page_id(page).removesuffix('.md').replace('/', '_').replace('-', '_')}.py"] = "".join(
-            untitled
-        )
-    return own
+        own[f"page_{page_id(page).removesuffix('.md').replace('/', '_').replace('-', '_')}.py"] = untitled
+    return {name: INLINE + code for name, code in own.items()}
 
 
 def groups(all_pages: list[Path]) -> list[dict[str, str]]:
@@ -53,25 +54,19 @@ def groups(all_pages: list[Path]) -> list[dict[str, str]]:
 
 def mypy(where: Path, cache: Path) -> tuple[int, str]:
     """mypy over ``where``'s files, with the repository's settings (``MYPYPATH``: this checkout's package)."""
-    command = [
-        sys.executable,
-        "-m",
-        "mypy",
-        "--config-file",
-        str(ROOT / "pyproject.toml"),
-        "--cache-dir",
-        str(cache),
-    ]
-    command += [f"--disable-error-code={code}" for code in OFF] + sorted(
-        path.name for path in where.glob("*.py")
-    )
-    return finish(command, TIMEOUT, where)
+    settings = ["--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(cache)]
+    modules = sorted(path.name for path in where.glob("*.py"))
+    return finish([sys.executable, "-m", "mypy", *settings, *modules], TIMEOUT, where)
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One mypy cache for the module's runs: the stubs of torch and Lightning are read once."""
-    return tmp_path_factory.mktemp("mypy_cache")
+    """One mypy cache for the module's runs, started from a copy of the repository's (``make test`` runs
+    mypy first), so that the stubs of torch and Lightning are read once at most."""
+    cache = tmp_path_factory.mktemp("mypy") / "cache"
+    if (ROOT / ".mypy_cache").is_dir():
+        shutil.copytree(ROOT / ".mypy_cache", cache)
+    return cache
 
 
 @pytest.fixture(autouse=True)
@@ -93,7 +88,7 @@ def test_the_pages_type_check(tmp_path: Path, cache: Path) -> None:
 
 def test_a_type_error_in_a_block_is_found(tmp_path: Path, cache: Path) -> None:
     (tmp_path / "page_quickstart.py").write_text(
-        "import lightning as L\n\nprint(L.Trainer(accelerator='cpu').strategy.shard_plan)\n"
+        f"{INLINE}import lightning as L\n\nprint(L.Trainer(accelerator='cpu').strategy.shard_plan)\n"
     )
     returncode, output = mypy(tmp_path, cache)
     assert returncode == 1 and '"Strategy" has no attribute "shard_plan"' in output
