@@ -17,13 +17,13 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
 from lightning_shard.audit import AuditReport, ShardAudit, sharding_allowances
 from lightning_shard.comm.collectives import all_true
 from lightning_shard.lightning.stages import ShardLoader, flatten_loaders, is_shard_loader
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
+from lightning_shard.log import info
 
 _BUFFERED = 8192
 """Indices kept before they are recorded: one bitmap update per few hundred steps, not one per step."""
@@ -214,7 +214,7 @@ class ShardAuditCallback(Callback):
         before = 0 if self._before is None else self._before.records
         result = EpochAudit(trainer.current_epoch, report, self._resumed_after, complete, before)
         self.audits.append(result)
-        rank_zero_info(result.summary())
+        info(result.summary())
         if self.raise_on_problem:
             result.raise_on_problem()
 
@@ -253,7 +253,7 @@ class ShardAuditCallback(Callback):
     def _explain(self, reason: str) -> None:
         if reason not in self._explained:
             self._explained.add(reason)
-            rank_zero_info(f"shard audit: not auditing the training loader: {reason}.")
+            info(f"shard audit: not auditing the training loader: {reason}.")
 
 
 def _tap_of(loader: ShardLoader) -> IndexTap | None:

@@ -1,7 +1,7 @@
 """Which Lightning releases the adapter supports, and the check every ``Shard*`` strategy runs.
 
-The range is the tested matrix of the README ("Supported versions"): the lower bound is the oldest
-release ``make test-oldest`` runs the Lightning and loader tests on, and it is ``pyproject.toml``'s
+The range is the tested matrix of docs/development.md ("Supported versions"): the lower bound is the
+oldest release ``make test-oldest`` runs the Lightning and loader tests on, and it is ``pyproject.toml``'s
 lower bound too (``tests/lightning/test_compat.py`` compares them). Older releases are refused when a
 strategy is built, not at the first resumed batch (docs/DESIGN.md, "Supported versions").
 """

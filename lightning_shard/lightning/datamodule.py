@@ -69,7 +69,8 @@ class ShardDataModule(pl.LightningDataModule):
 
     @property
     def global_batch_size(self) -> int:
-        """Samples per step on all processes: ``B * N``, or ``B`` with ``split_batches``.
+        """Samples per step on all processes: ``B * N``, or ``B`` with ``split_batches`` (``B * N`` again
+        when ``Trainer(use_distributed_sampler=False)`` leaves the loaders whole on every process).
 
         Raises:
             ValueError: if the training loader has no batch size.
@@ -81,7 +82,8 @@ class ShardDataModule(pl.LightningDataModule):
                 "`global_batch_size` needs the training loader's batch size, but it has none "
                 "(`batch_size=None`). Give `DataLoader` a `batch_size` or a batch sampler with one."
             )
-        return batch_size if self._train_options().split_batches else batch_size * self.num_processes
+        split = self._train_options().split_batches and not self._loaders_left_alone()
+        return batch_size if split else batch_size * self.num_processes
 
     @property
     def steps_per_epoch(self) -> int:
@@ -123,15 +125,29 @@ class ShardDataModule(pl.LightningDataModule):
                 f"`steps_per_epoch` needs `train_dataloader()` to return one `DataLoader`, got "
                 f"{type(loader).__name__}. Compute the steps from your loaders yourself."
             )
-        # NOTE: preparing a loader may draw a seed from the global RNG; keep the user's stream as it is.
-        with torch.random.fork_rng(devices=[]):
-            length = sized_len(prepare_with_options(loader, self._train_options(), topology))
+        if self._loaders_left_alone():
+            length = sized_len(loader)
+        else:
+            # NOTE: preparing a loader may draw a seed from the global RNG; keep the user's stream as it is.
+            with torch.random.fork_rng(devices=[]):
+                length = sized_len(prepare_with_options(loader, self._train_options(), topology))
         if length is None:
             raise ValueError(
                 "`steps_per_epoch` needs a training dataset with a length; this one is an iterable without "
                 "`__len__`. Set `max_steps` and size the scheduler from it instead."
             )
         return length
+
+    def _loaders_left_alone(self) -> bool:
+        """Whether the strategy leaves the loaders as they are (``Trainer(use_distributed_sampler=False)``)."""
+        strategy = self._shard_strategy()
+        if strategy is None or self.trainer is None:
+            return False
+        # NOTE: the strategy reads the setting when a fit connects it to the model (and then turns it off);
+        # before that, the trainer still holds the user's.
+        if strategy.lightning_module is not None:
+            return strategy.loaders_left_alone
+        return not sampler_injection_enabled(self.trainer)
 
     def _topology(self) -> Topology:
         strategy = self._shard_strategy()

@@ -10,7 +10,6 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
 from lightning_shard.comm.random_states import own_part, own_state, restore, resume_notice
@@ -24,6 +23,7 @@ from lightning_shard.lightning.continuity import TrainingLoaderRounds
 from lightning_shard.lightning.random_state_files import KEY
 from lightning_shard.lightning.stages import ShardLoader, flatten_loaders, is_shard_loader
 from lightning_shard.loaders.streams import StreamReport
+from lightning_shard.log import info
 
 
 class ShardEpochCallback(Callback):
@@ -76,7 +76,7 @@ class ShardEpochCallback(Callback):
             report = loader.stream.report if is_shard_loader(loader) and loader.stream is not None else None
             if report is not None and report.epoch == trainer.current_epoch:
                 self.stream_reports.append(report)
-                rank_zero_info(f"lightning_shard {report.summary()}")
+                info(f"lightning_shard {report.summary()}")
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -116,7 +116,7 @@ class ShardRandomStatesCallback(Callback):
         self._pending = own_state(state_dict)
         notice = resume_notice(state_dict)
         if notice is not None:
-            rank_zero_info(notice)
+            info(notice)
 
     @override
     def on_train_batch_start(

@@ -31,6 +31,7 @@ from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.random_state_files import KEY, name_checkpoint, read_own, write_own
 from lightning_shard.lightning.stages import is_shard_loader
 from lightning_shard.lightning.torchrun import export_rank_variables
+from lightning_shard.log import info
 from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_with_options
 from lightning_shard.sampling.balance import EvenBatches
@@ -65,6 +66,7 @@ class ShardFabricStrategy(DDPStrategy):
     REGISTERED_NAMES: tuple[tuple[str, dict[str, Any]], ...] = (
         ("shard", {"start_method": "popen"}),
         ("shard_spawn", {"start_method": "spawn"}),
+        ("shard_notebook", {"start_method": "fork"}),
     )
     """``(name, init_args)`` under which the strategy registers in Fabric's registry."""
 
@@ -150,8 +152,8 @@ class ShardFabricStrategy(DDPStrategy):
             notice = resume_notice(saved)
             if own is not None:
                 restore(own)
-            elif notice is not None and self.global_rank == 0:
-                print(notice)
+            elif notice is not None:
+                info(notice)
         return remainder
 
     @classmethod

@@ -22,6 +22,17 @@ _NOT_OURS_TO_PASS = frozenset({"self", "module"})
 """Parameters a parent fills itself (``module``: the model the wrapper wraps)."""
 
 
+SET_BY_THE_STRATEGY = {
+    "dataloader": "the strategy shards each loader the trainer is given",
+    "device": "the strategy sets this from the process group (each process's device)",
+    "num_processes": "the strategy sets this from the process group",
+    "process_index": "the strategy sets this from the process group",
+    "torch_device_mesh": "the strategy sets this from the process group (and its device mesh)",
+}
+"""``prepare_data_loader``'s parameters that are not options, and where a strategy takes each from: passed
+to a strategy, they would otherwise be taken for a misspelt ``process_group`` or ``device_mesh``."""
+
+
 def parameter_names(function: Callable[..., Any]) -> list[str]:
     """The names ``function`` takes by keyword (its ``**kwargs`` and ``self`` excluded)."""
     parameters = inspect.signature(function).parameters.values()
@@ -48,7 +59,9 @@ def check_keywords(strategy: type, passed: Mapping[str, Any], parents: Sequence[
     owners = " or ".join(f"`{parent.__qualname__.split('.')[0]}`" for parent in parents)
     close = difflib.get_close_matches(name, sorted(set(parameter_names(strategy)) | accepted), n=1)
     fix = (
-        f"Did you mean `{close[0]}`?"
+        f"`{name}` is an argument of `prepare_data_loader`, not an option: {SET_BY_THE_STRATEGY[name]}. Remove it."
+        if name in SET_BY_THE_STRATEGY
+        else f"Did you mean `{close[0]}`?"
         if close
         else f"Use an option of the options table or an argument of {owners}."
     )

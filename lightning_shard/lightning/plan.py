@@ -37,6 +37,10 @@ class ShardPlan:
             ``RandomSampler``'s).
         accumulate_grad_batches: batches whose gradients each optimizer step sums. Lightning saves no
             accumulated gradient, so only a checkpoint written at an optimizer step resumes bit for bit.
+        split_batches: whether each batch of the loader is split among the processes.
+        ranks: the processes of the job when more than ``num_processes`` (tensor-parallel peers share
+            batches); ``None`` when every process is a data-parallel one.
+        resumed_at: the optimizer step of the epoch the fit resumed at (``None``: the epoch starts).
     """
 
     num_processes: int
@@ -53,6 +57,9 @@ class ShardPlan:
     stream: str | None = None
     scalable_shuffle: bool = False
     accumulate_grad_batches: int = 1
+    split_batches: bool = False
+    ranks: int | None = None
+    resumed_at: int | None = None
 
     def __str__(self) -> str:
         steps = "an unknown number of" if self.steps_per_epoch is None else str(self.steps_per_epoch)
@@ -69,8 +76,8 @@ class ShardPlan:
             else "batch sizes of the user's batch sampler"
         )
         return (
-            f"lightning_shard plan: {self.num_processes} process{'' if self.num_processes == 1 else 'es'} "
-            f"({self.mode}), {sizes}, {steps} optimizer steps per epoch{padding}{dropped}"
+            f"lightning_shard plan: {self._processes()} ({self.mode}{', split' if self.split_batches else ''}), "
+            f"{sizes}, {steps} optimizer steps per epoch{self._resumed()}{padding}{dropped}"
             + (f", {self.scheduler_scaling}" if self.scheduler_scaling else "")
             + "".join(f" (WARNING: {short}: it ends early)" for short in self.short_schedulers)
             + (f"; stream: {self.stream}" if self.stream else "")
@@ -87,6 +94,22 @@ class ShardPlan:
             )
         )
 
+    def _processes(self) -> str:
+        processes = f"{self.num_processes} process{'' if self.num_processes == 1 else 'es'}"
+        return (
+            processes
+            if self.ranks is None
+            else f"{self.num_processes} data-parallel {processes.split()[1]} of {self.ranks} ranks"
+        )
+
+    def _resumed(self) -> str:
+        if self.resumed_at is None:
+            return ""
+        left = (
+            "" if self.steps_per_epoch is None else f": {self.steps_per_epoch - self.resumed_at} steps left"
+        )
+        return f" (resumed at step {self.resumed_at}{left})"
+
 
 def plan_for(
     loader: ShardLoader,
@@ -96,11 +119,15 @@ def plan_for(
     accumulate_grad_batches: int,
     short_schedulers: list[ShortSchedule] | None = None,
     step_schedulers: bool = True,
+    ranks: int | None = None,
+    resumed_batches: int = 0,
 ) -> ShardPlan:
     """The plan of ``loader`` for a fit that runs ``num_training_batches`` batches per epoch.
 
     ``step_schedulers``: whether the fit has a scheduler that ``scaling`` applies to; without one the
-    plan says nothing about scheduler stepping.
+    plan says nothing about scheduler stepping. ``ranks``: the job's processes, when more than the
+    data-parallel ones. ``resumed_batches``: the batches of the epoch a checkpoint's loader state had
+    consumed (0: the epoch starts).
     """
     state = loader.sharding
     global_batch = loader.total_batch_size
@@ -129,6 +156,9 @@ def plan_for(
         stream=describe_stream(loader.dataset, loader.stream),
         scalable_shuffle=state.sampler == ScalableRandomSampler.__name__,
         accumulate_grad_batches=accumulate_grad_batches,
+        split_batches=state.split_batches,
+        ranks=ranks if ranks != state.num_processes else None,
+        resumed_at=resumed_batches // accumulate_grad_batches if resumed_batches else None,
     )
 
 

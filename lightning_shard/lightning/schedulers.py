@@ -6,10 +6,10 @@ import math
 from dataclasses import dataclass, replace
 
 import lightning.pytorch as pl
-from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from torch.optim import Optimizer
 
+from lightning_shard.log import warn
 from lightning_shard.optim import ShardOptimizer, ShardScheduler
 
 
@@ -131,7 +131,7 @@ def short_schedulers(
 def warn_short_schedulers(short: list[ShortSchedule]) -> None:
     """Say once, on rank 0, which schedules end early and the one-liner that sizes them."""
     for schedule in short:
-        rank_zero_warn(
+        warn(
             f"lightning_shard: the step scheduler {schedule.describe()} this fit takes: it steps once per "
             "process per optimizer step, but `trainer.estimated_stepping_batches` counts optimizer steps, so "
             "the schedule ends early and stays at its end. Size it with "

@@ -12,7 +12,6 @@ import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
@@ -55,6 +54,7 @@ from lightning_shard.lightning.stages import (
 from lightning_shard.lightning.torchrun import warn_about_store_sharing
 from lightning_shard.loaders.state import STATE_FORMAT
 from lightning_shard.loaders.streams import StreamReport
+from lightning_shard.log import info, warn
 from lightning_shard.optim import ShardOptimizer
 from lightning_shard.options import ShardOptions, StrategyOptions
 
@@ -95,6 +95,7 @@ class StrategySharding:
         self._dataloader_idx = 0
         self._stream_padding = 0
         self._stepping = False
+        self._resumed_batches = 0
         self._rounds = TrainingLoaderRounds()
         self._epoch_callback = ShardEpochCallback(self._rounds)
         self._audit = ShardAuditCallback(raise_on_problem=self.strategy_options.audit_raise)
@@ -170,7 +171,8 @@ class StrategySharding:
         else:
             loader = self._training_loader(dataloader, options, topology, device)
         if is_shard_loader(loader):
-            _load_early(loader, checkpoint_loader_states(trainer), position)
+            resumed = _load_early(loader, checkpoint_loader_states(trainer), position, options.data_seed)
+            self._resumed_batches = resumed if position == 0 else self._resumed_batches
         # NOTE: after the checkpoint's state is loaded: the rest of an epoch resumed on another number of
         # processes can split unevenly even when the whole epoch does not.
         check_even_training(loader, options, topology)
@@ -232,9 +234,7 @@ class StrategySharding:
         """Log the plan of the fit and warn about step schedules that end early."""
         trainer = self.trainer
         if self.loaders_left_alone:
-            rank_zero_info(
-                "lightning_shard: loaders left as they are (`Trainer(use_distributed_sampler=False)`)."
-            )
+            info("lightning_shard: loaders left as they are (`Trainer(use_distributed_sampler=False)`).")
         loaders = [loader for loader in flatten_loaders(trainer.train_dataloader) if is_shard_loader(loader)]
         if not loaders:
             return
@@ -246,8 +246,10 @@ class StrategySharding:
             accumulate_grad_batches=trainer.accumulate_grad_batches,
             short_schedulers=short,
             step_schedulers=has_step_schedulers(configs),
+            ranks=None if self.topology.rank_indices is None else len(self.topology.rank_indices),
+            resumed_batches=self._resumed_batches,
         )
-        rank_zero_info(str(self.shard_plan))
+        info(str(self.shard_plan))
         warn_short_schedulers(short)
 
     @contextmanager
@@ -344,11 +346,26 @@ def _rows(data: Any) -> int:
     return len(data) if isinstance(data, (list, tuple)) else 1
 
 
-def _load_early(loader: ShardLoader, states: list[Any], position: int) -> None:
-    """Load a checkpoint's state into the loader it is meant for before Lightning measures it.
+def _load_early(loader: ShardLoader, states: list[Any], position: int, data_seed: int | None) -> int:
+    """Load a checkpoint's state into the loader it is meant for before Lightning measures it; the
+    batches of the epoch that state had consumed (0 without one).
 
     Lightning loads it again after measuring; loading the same state twice is harmless.
     """
     state = states[position] if position < len(states) else None
-    if isinstance(state, dict) and state.get("format") == STATE_FORMAT:
-        loader.load_state_dict(state)
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        return 0
+    _warn_about_another_seed(state.get("sampler_seed"), data_seed)
+    loader.load_state_dict(state)
+    return int(state["steps"])
+
+
+def _warn_about_another_seed(saved: Any, data_seed: int | None) -> None:
+    """Say so when a ``data_seed`` passed on purpose differs from the seed the checkpoint continues."""
+    if data_seed is not None and saved is not None and saved != data_seed:
+        warn(
+            f"lightning_shard: `data_seed={data_seed}` is ignored in this fit: the checkpoint's loader state "
+            f"was saved with the seed {saved}, which goes on, so the resumed fit continues the interrupted "
+            "one's order exactly. To shuffle with the new seed, start a new fit (no `ckpt_path`), or pass "
+            f"`data_seed={saved}` to silence this."
+        )

@@ -115,7 +115,8 @@ def check_even_training(loader: DataLoader, options: ShardOptions, topology: Top
             f"`even_batches=False` gives the training processes {lengths} batches per epoch; the processes "
             "with fewer would stop while the others wait in DDP's gradient all-reduce, forever. Use "
             "`even_batches=True` (the default; the last step is padded with samples from the start of "
-            "the epoch), or `DataLoader(drop_last=True)` to drop the incomplete last batch."
+            'the epoch), `even_batches="balanced"` (map-style data: the last step split into real samples, '
+            "none repeated), or `DataLoader(drop_last=True)` to drop the incomplete last batch."
         )
 
 

@@ -267,7 +267,8 @@ class ShardStrategy(ShardingHooks, DDPStrategy):
     ``even_batches="balanced"`` (no sample repeated, so metrics are exact), predict with ``even_batches=False``
     so each sample is predicted exactly once. Optimizers become ``ShardOptimizer`` and
     ``interval="step"`` schedulers ``ShardScheduler``; the training loader's position is saved in
-    Lightning's checkpoints and restored exactly. Registered as ``"shard"`` and ``"shard_spawn"``.
+    Lightning's checkpoints and restored exactly. Registered as ``"shard"``, ``"shard_spawn"`` and
+    ``"shard_notebook"`` (forked processes, for Jupyter, as Lightning's ``"ddp_notebook"``).
 
     Keyword arguments: the loader options (the fields of ``ShardOptions``) and the strategy options
     (those of ``StrategyOptions``), both documented in the options table. ``rng_types`` defaults to
@@ -285,7 +286,11 @@ class ShardStrategy(ShardingHooks, DDPStrategy):
             ``DistributedDataParallel``, naming the closest one.
     """
 
-    REGISTERED_NAMES = (("shard", {"start_method": "popen"}), ("shard_spawn", {"start_method": "spawn"}))
+    REGISTERED_NAMES = (
+        ("shard", {"start_method": "popen"}),
+        ("shard_spawn", {"start_method": "spawn"}),
+        ("shard_notebook", {"start_method": "fork"}),
+    )
 
     def __init__(
         self,

@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+from lightning_shard.log import warn
 
 SHARE_SETTING = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
@@ -90,4 +90,4 @@ def warn_about_store_sharing() -> None:
         return
     problem = store_sharing_problem(os.environ, agent_arguments())
     if problem is not None:
-        rank_zero_warn(problem)
+        warn(problem)

@@ -8,7 +8,6 @@ state"), so it is the same on every process and loads on any number of processes
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Generator, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -24,6 +23,7 @@ from lightning_shard.loaders.state import (
     decode_generator_state,
     encode_generator_state,
 )
+from lightning_shard.log import warn
 from lightning_shard.sampling.native_stream import STREAM_KINDS
 
 if TYPE_CHECKING:
@@ -271,7 +271,7 @@ def _stream_epoch_workers(saved: LoaderState, info: ShardingInfo, num_workers: i
     if info.sampler not in STREAM_KINDS or steps == 0 or saved_workers == num_workers:
         return None
     if not is_distributed() or dist.get_rank() == 0:
-        warnings.warn(
+        warn(
             f"lightning_shard: the stream state was saved in epoch {epoch} at step {steps} with "
             f"`num_workers={saved_workers}`; this loader has `num_workers={num_workers}`. The rest of epoch "
             f"{epoch} is read with {saved_workers} workers (a stream's batches and their order depend on "

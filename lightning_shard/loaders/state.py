@@ -93,7 +93,7 @@ class LoaderState:
             raise ValueError(
                 f"`state_dict` has version {state.get('version')!r}, but this release reads versions "
                 f"{list(READABLE_VERSIONS)}. Load it with the lightning_shard release that wrote it, or start "
-                "the epoch afresh."
+                f"the epoch afresh{_WITHOUT_STATE}."
             )
         missing = [name for name in _KEYS if name not in state and name not in _OPTIONAL]
         if missing:
@@ -153,10 +153,38 @@ def check_resumable(state: Any, here: ShardingInfo, library: SelfSplit | None = 
 def _refuse_other_setting(name: str, there: Any, here: Any) -> None:
     if there != here:
         raise ValueError(
-            f"`state_dict` was saved with `{name}={there!r}`, but this loader has `{name}={here!r}`. "
-            f"Load it into a loader built the same way (same dataset, batch size, sampler and flags), "
-            "or start the epoch afresh."
+            f"`state_dict` was saved with `{_setting(name, there, here)}`, but this loader has "
+            f"`{_setting(name, here, there)}`. Load it into a loader built the same way (same dataset, "
+            f"batch size, sampler and flags), or start the epoch afresh"
+            f"{_BETWEEN_EPOCHS if name == 'sampler' else _WITHOUT_STATE}."
         )
+
+
+# NOTE: a state saved between epochs continues under another sampler (mid-epoch only is refused), not under
+# another dataset length, batch size, flag or version.
+_BETWEEN_EPOCHS = (
+    " (under Lightning: `trainer.fit(ckpt_path=...)` with a checkpoint written between epochs, such as the "
+    "`epoch=E-step=S.ckpt` that `ModelCheckpoint` writes at an epoch's end)"
+)
+_WITHOUT_STATE = (
+    " (under Lightning, whose checkpoints hold this state: `trainer.fit` without `ckpt_path`, the weights "
+    "loaded with `LightningModule.load_from_checkpoint`)"
+)
+_SAMPLER_OPTIONS = {
+    "SeedableRandomSampler": "use_seedable_sampler",
+    "ScalableRandomSampler": "scalable_shuffle",
+}
+
+
+def _setting(name: str, value: Any, other: Any) -> str:
+    """``name=value`` as the user set it: the option behind a saved ``mode`` or sampler class."""
+    if name == "mode":
+        return f"dispatch_batches={value == 'dispatch'}"
+    if name == "sampler" and value in _SAMPLER_OPTIONS:
+        return f"{_SAMPLER_OPTIONS[value]}=True"
+    if name == "sampler" and value == "RandomSampler" and other in _SAMPLER_OPTIONS:
+        return f"{_SAMPLER_OPTIONS[other]}=False"
+    return f"{name}={value!r}"
 
 
 _OTHER_STREAM_SHARDING = (

@@ -19,7 +19,6 @@ the ``stream_ends`` policy:
 
 from __future__ import annotations
 
-import warnings
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ import torch.distributed as dist
 from lightning_shard.comm.collectives import communication_device, is_distributed
 from lightning_shard.loaders.position import ShardingInfo
 from lightning_shard.loaders.stream_agreement import END, Agreement, Share, all_ended
+from lightning_shard.log import warn
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.native_stream import (
     NATIVE_STREAM,
@@ -305,7 +305,7 @@ class StreamRun:
         dist.all_reduce(total)
         unseen = int(total.item()) // (dist.get_world_size() // self.num_processes)
         if unseen and self.process_index == 0:
-            warnings.warn(
+            warn(
                 f"lightning_shard: the streams of processes {[r for r, e in enumerate(self.ended_at) if e is not None]} "
                 f"ended first, so every process stopped there (`even_batches=False`); {unseen} samples of the other "
                 "processes' shares were left unseen this epoch. Use `even_batches=True` to pad the shorter shares "

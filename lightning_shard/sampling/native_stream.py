@@ -10,13 +10,13 @@ itself). A dataset that already splits itself by rank is passed through untouche
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeAlias, get_args, runtime_checkable
 
 from torch.utils.data import IterableDataset, get_worker_info
 
+from lightning_shard.log import warn
 from lightning_shard.sampling import litdata_stream, mosaic_stream, webdataset_stream
 from lightning_shard.sampling.self_split import Recogniser, SelfSplit, declared
 
@@ -119,7 +119,7 @@ def say_fallback(sharding: StreamSharding, num_processes: int, process_index: in
     if process_index != 0 or num_processes == 1 or sharding.kind != STRIDED_STREAM or asked:
         return
     # NOTE: the warnings module shows each distinct message once per process, so no registry of our own.
-    warnings.warn(
+    warn(
         f"lightning_shard: every process reads the whole iterable dataset and keeps 1/{num_processes} of it, "
         f"because {sharding.reason}. That needs the same stream on every process, which the processes check "
         "at each epoch's first batch. To read each sample once in the job, give the dataset `n_shards` and "

@@ -292,7 +292,7 @@ ROWS: list[Row] = [
         "state-from-dispatch-into-shard",
         lambda: prepared().load_state_dict({**saved_state(), "mode": "dispatch"}),
         ValueError,
-        [r"`state_dict`", r"`mode='dispatch'`", r"`mode='shard'`", r"built the same way"],
+        [r"`state_dict`", r"`dispatch_batches=True`", r"`dispatch_batches=False`", r"built the same way"],
     ),
     (
         "state-of-an-unknown-version",

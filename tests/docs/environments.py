@@ -34,7 +34,7 @@ RUN_TIMEOUT = 300.0
 TORCH_PIN = ROOT / "tests" / "torch-constraints.txt"
 
 
-def _makefile_words(name: str) -> list[str]:
+def makefile_words(name: str) -> list[str]:
     """The words of the Makefile's ``NAME := ...`` (one source for how LitData installs)."""
     line = re.search(rf"^{name} := (.+)$", (ROOT / "Makefile").read_text(), re.M)
     assert line is not None, f"no {name} in the Makefile"
@@ -42,10 +42,11 @@ def _makefile_words(name: str) -> list[str]:
 
 
 def _requirement(package: str) -> str:
-    """``package`` as the ``test`` extra requires it (so the versions are those ``.venv`` holds)."""
-    test_extra = [r.split(";")[0] for r in requires("lightning_shard") or [] if 'extra == "test"' in r]
-    found = [r for r in test_extra if re.split(r"[\[<>=!~\s]", r, maxsplit=1)[0] == package]
-    assert found, f"{package} is not in the `test` extra of pyproject.toml"
+    """``package`` as an extra of ``pyproject.toml`` (``examples``) requires it (so the versions are those
+    ``.venv`` holds)."""
+    extras = [r.split(";")[0] for r in requires("lightning_shard") or [] if "extra ==" in r]
+    found = [r for r in extras if re.split(r"[\[<>=!~\s]", r, maxsplit=1)[0] == package]
+    assert found, f"{package} is not in the `examples` extra of pyproject.toml"
     return found[0]
 
 
@@ -69,8 +70,8 @@ class Environment:
         if plain:
             self.pip("install", "-q", *map(_requirement, plain))
         if "litdata" in packages:
-            self.pip("install", "-q", "--no-deps", *_makefile_words("LITDATA"))
-            self.pip("install", "-q", *_makefile_words("LITDATA_DEPS"))
+            self.pip("install", "-q", "--no-deps", *makefile_words("LITDATA"))
+            self.pip("install", "-q", *makefile_words("LITDATA_DEPS"))
 
     def holds(self, modules: list[str]) -> set[str]:
         """Which of ``modules`` are importable here (looked up, not imported)."""

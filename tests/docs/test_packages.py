@@ -5,12 +5,14 @@ fails here, as it would for a reader who installed only the wheel."""
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.docs.blocks import BROUGHT, DOCS, OPT_IN, blocks, declared, extras, files, page_id, pages
+from tests.docs.blocks import BROUGHT, DOCS, OPT_IN, ROOT, blocks, declared, extras, files, page_id, pages
+from tests.docs.environments import makefile_words
 
 EXAMPLE_PAGES = [DOCS / "quickstart.md", *sorted((DOCS / "guides").glob("*.md"))]
 
@@ -61,3 +63,20 @@ def test_only_blocks_that_are_not_run_import_an_opt_in_package() -> None:
         for block in (block for block in blocks(page) if block.runs):
             modules = set(re.findall(r"^\s*(?:from|import) (\w+)", block.code, re.M))
             assert not modules & OPT_IN, f"{page_id(page)}:{block.line} imports {sorted(modules & OPT_IN)}"
+
+
+def test_the_streaming_page_installs_litdata_as_the_makefile_does() -> None:
+    """Without its dependencies, then those less ``torchvision``: a plain ``pip install litdata`` replaces
+    the reader's torch (the newest ``torchvision`` requires another release)."""
+    text = (DOCS / "guides" / "streaming.md").read_text()
+    commands = [line for line in text.splitlines() if line.startswith("pip install")]
+    assert f"pip install --no-deps {shlex.join(makefile_words('LITDATA'))}" in commands
+    assert f"pip install {' '.join(_makefile_line('LITDATA_DEPS'))}" in commands
+    assert not [line for line in commands if "litdata" in line and "--no-deps" not in line]
+
+
+def _makefile_line(name: str) -> list[str]:
+    """The Makefile's ``NAME := ...`` as written (quotes kept, as a reader copies them)."""
+    line = re.search(rf"^{name} := (.+)$", (ROOT / "Makefile").read_text(), re.M)
+    assert line is not None
+    return line[1].split()

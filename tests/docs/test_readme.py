@@ -1,6 +1,7 @@
-"""The README is the package index's long description: it renders (``readme_renderer``, what ``twine check``
-uses) and every link in it is absolute, since a relative ``docs/...`` link breaks there. The project's URLs
-(``[project.urls]``) name the same documentation site."""
+"""The README is the package index's long description, an index page for users: it renders
+(``readme_renderer``, what ``twine check`` uses), every link in it is absolute, since a relative ``docs/...``
+link breaks there, and it stays short (the maintainers' material is on docs/development.md). The project's
+URLs (``[project.urls]``) name the same documentation site."""
 
 from __future__ import annotations
 
@@ -42,6 +43,15 @@ def test_readme_renders_with_absolute_links_only() -> None:
     links = rendered_links(README.read_text())
     assert len(links) >= 10, links
     assert relative_links(README.read_text()) == []
+
+
+def test_readme_is_short_and_keeps_the_set_up_commands() -> None:
+    text = README.read_text()
+    assert len(text.split()) < 900, (
+        f"{len(text.split())} words: move maintainer material to docs/development.md"
+    )
+    # NOTE: CI's `.ci/run` calls `make test`, which the README names as the command that checks a clone.
+    assert "make demo   #" in text and "make test   #" in text
 
 
 def test_a_relative_link_is_found() -> None:

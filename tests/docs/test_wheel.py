@@ -4,7 +4,8 @@ with its declared dependencies, then ``pip check``), where the package imports f
 the checkout; the quick starts (the README's and the site's) run there too, as pages
 (``tests/docs/test_docs_examples.py``). A package file or dependency missing from the wheel fails, and so do
 a long description the package index would not render (``twine check --strict``), missing project URLs
-and a LICENSE missing from the sdist or the wheel."""
+and a LICENSE missing from the sdist or the wheel, and metadata a user searches by (classifiers PyPI
+accepts, keywords, the issue tracker, the ``examples`` extra)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 
 import lightning_shard
 from tests.docs.environments import RUN_TIMEOUT, Environments
+from tests.docs.page_runs import DECLARABLE
 from tests.helpers.runner import ROOT, run_command
 
 
@@ -51,8 +53,44 @@ def _check_license(wheel: Path, sdist: Path) -> None:
         assert archive.read(f"{info}/licenses/LICENSE").decode() == license_text
     assert re.search(r"^License-Expression: Apache-2.0$", metadata, re.M), metadata[:2000]
     assert re.search(r"^License-File: LICENSE$", metadata, re.M), metadata[:2000]
-    for label in ("Documentation", "Source", "Changelog"):
+    for label in ("Documentation", "Source", "Changelog", "Issues"):
         assert re.search(rf"^Project-URL: {label}, https://", metadata, re.M), label
+    check_metadata(metadata)
     with tarfile.open(sdist) as archive:
         member = archive.extractfile(f"lightning_shard-{lightning_shard.__version__}/LICENSE")
         assert member is not None and member.read().decode() == license_text
+
+
+def check_metadata(metadata: str) -> None:
+    """The wheel's ``METADATA``: classifiers PyPI accepts (a status, the Python versions ``Requires-Python``
+    admits), keywords, the issue tracker, and an ``examples`` extra holding what the pages import."""
+    from trove_classifiers import classifiers as accepted
+
+    classifiers = re.findall(r"^Classifier: (.+)$", metadata, re.M)
+    assert classifiers and set(classifiers) <= accepted, sorted(set(classifiers) - accepted)
+    assert any(c.startswith("Development Status :: ") for c in classifiers)
+    (floor,) = re.findall(r"^Requires-Python: >=3\.(\d+)$", metadata, re.M)
+    versions = sorted(int(c.rsplit(".", 1)[1]) for c in classifiers if re.fullmatch(r".*Python :: 3\.\d+", c))
+    assert versions and versions[0] == int(floor), (versions, floor)
+    (keywords,) = re.findall(r"^Keywords: (.+)$", metadata, re.M)
+    assert {"pytorch", "lightning", "distributed"} <= set(keywords.split(","))
+    assert re.search(r"^Project-URL: Issues, https://github\.com/.+/issues$", metadata, re.M)
+    assert re.search(r"^Provides-Extra: examples$", metadata, re.M)
+    examples = set(re.findall(r'^Requires-Dist: ([\w-]+).*; extra == "examples"$', metadata, re.M))
+    assert set(DECLARABLE) - {"litdata"} <= examples, ("the pages import", DECLARABLE)
+
+
+def _built_metadata() -> str:
+    """The ``METADATA`` the wheel would have, from this tree's ``pyproject.toml`` (no wheel built)."""
+    from build.util import project_wheel_metadata
+
+    return project_wheel_metadata(ROOT, isolated=False).as_string()
+
+
+def test_the_metadata_check_finds_a_classifier_pypi_refuses() -> None:
+    built = _built_metadata()
+    check_metadata(built)
+    with pytest.raises(AssertionError, match="Framework :: Lightning"):
+        check_metadata(built.replace("Classifier: Typing :: Typed", "Classifier: Framework :: Lightning"))
+    with pytest.raises(AssertionError):
+        check_metadata(re.sub(r"^Provides-Extra: examples\n", "", built, flags=re.M))

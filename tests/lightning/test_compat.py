@@ -1,5 +1,5 @@
 """The supported Lightning releases: older ones are refused when a strategy is built, and the declared
-bounds (``pyproject.toml``), the releases ``make test-oldest`` installs, the check and the README agree
+bounds (``pyproject.toml``), the releases ``make test-oldest`` installs, the check and the development page agree
 (docs/DESIGN.md, "Supported versions")."""
 
 from __future__ import annotations
@@ -77,9 +77,11 @@ def test_declared_lower_bounds_are_the_releases_test_oldest_runs() -> None:
     assert pins["torch"] == "2.13.0", "the cached CPU build: any other pulls a multi-GB CUDA build"
 
 
-def test_readme_states_the_tested_matrix() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Supported versions", 1)[1].split("\n## ", 1)[0]
+def test_the_development_page_states_the_tested_matrix() -> None:
+    """docs/development.md, "Supported versions" (the install page includes its table)."""
+    page = (ROOT / "docs" / "development.md").read_text()
+    section = page.split("## Supported versions", 1)[1].split("\n## ", 1)[0]
+    assert '--8<-- "docs/development.md:versions"' in (ROOT / "docs" / "install.md").read_text()
     for name, requirement in _declared().items():
         assert f"`{requirement}`" in section, name
     pins = _oldest_pins()

@@ -96,4 +96,13 @@ def test_use_distributed_sampler_false_leaves_the_loaders_alone(everyday: tuple[
         list(range(0, 40, 2)),
         list(range(1, 40, 2)),
     ], "the user's own DistributedSampler shards, and is not refused"
-    assert output.count("loaders left as they are (`Trainer(use_distributed_sampler=False)`)") == 2
+    assert output.count("loaders left as they are (`Trainer(use_distributed_sampler=False)`)") == 3
+
+
+def test_a_datamodule_whose_loaders_are_left_alone_reports_what_they_read(everyday: tuple[Path, str]) -> None:
+    """``split_batches=True`` does not apply to loaders left whole: each process reads its own 32 per step,
+    64 in all, and so ``global_batch_size`` says (it once said 32)."""
+    out = everyday[0]
+    sized = _epochs(out, "opt_out/sized")
+    assert [[len(step) for step in sized[(0, rank)]] for rank in (0, 1)] == [[32] * 5] * 2
+    assert all(record["sizes"] == [2, 64, 5] for record in _records(out, "opt_out/sized"))

@@ -20,7 +20,7 @@ from tests.helpers.runner import run_command, script
 
 
 def test_registered_in_fabrics_registry() -> None:
-    for name, start_method in (("shard", "popen"), ("shard_spawn", "spawn")):
+    for name, start_method in (("shard", "popen"), ("shard_spawn", "spawn"), ("shard_notebook", "fork")):
         entry = STRATEGY_REGISTRY[name]
         assert entry["strategy"] is ShardFabricStrategy and entry["init_params"] == {
             "start_method": start_method

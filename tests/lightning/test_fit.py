@@ -108,6 +108,7 @@ def test_split_batches(modes: tuple[Path, str]) -> None:
 def test_uneven_training_is_refused(modes: tuple[Path, str]) -> None:
     message = (modes[0] / "uneven" / "error.txt").read_text()
     assert "`even_batches=False`" in message and "[7, 6]" in message and "drop_last=True" in message
+    assert '`even_batches="balanced"`' in message
 
 
 def test_dispatch_iterable_dataset(modes: tuple[Path, str]) -> None:

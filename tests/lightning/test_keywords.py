@@ -4,6 +4,7 @@ Construction only: the refusal must come before any fit."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytest
@@ -14,8 +15,12 @@ from lightning_shard import (
     ShardFabricStrategy,
     ShardFSDPStrategy,
     ShardModelParallelStrategy,
+    ShardOptions,
     ShardStrategy,
+    prepare_data_loader,
 )
+from lightning_shard.lightning.keywords import SET_BY_THE_STRATEGY
+from lightning_shard.options import option_names
 
 STRATEGIES = [ShardStrategy, ShardModelParallelStrategy, ShardFSDPStrategy, ShardFabricStrategy]
 LOOK_ALIKE = "dat\u0430_seed"  # NOTE: U+0430 CYRILLIC SMALL LETTER A in place of the ASCII `a`.
@@ -75,3 +80,22 @@ def test_registered_names_still_build() -> None:
     assert isinstance(
         Fabric(strategy="shard_spawn", accelerator="cpu", devices=2).strategy, ShardFabricStrategy
     )
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: s.__name__)
+@pytest.mark.parametrize(
+    ("name", "value"), [("process_index", 0), ("torch_device_mesh", None), ("num_processes", 2)]
+)
+def test_an_argument_of_prepare_data_loader_says_the_strategy_sets_it(
+    strategy: type, name: str, value: Any
+) -> None:
+    message = _refusal(strategy, **{name: value})
+    assert f"`{name}={value!r}`" in message
+    assert f"`{name}` is an argument of `prepare_data_loader`, not an option" in message
+    assert "the strategy sets this from the process group" in message and message.endswith("Remove it.")
+    assert "Did you mean" not in message, "not `process_group` or `device_mesh`: it is no typo"
+
+
+def test_every_argument_of_prepare_data_loader_that_is_no_option_is_explained() -> None:
+    own = set(inspect.signature(prepare_data_loader).parameters) - set(option_names(ShardOptions))
+    assert own == set(SET_BY_THE_STRATEGY)

@@ -68,11 +68,12 @@ def test_scheduler_plan_and_datamodule_count_data_parallel_processes(runs: tuple
         assert lr == pytest.approx(0.1 / (1 + 2 * step)), "step schedulers scaled by the data-parallel size"
     assert all(rank["sizes"] == [2, 4, 6] for rank in records), "num_processes, global batch, steps"
     plan = (
-        "lightning_shard plan: 2 processes (shard), batch size 2 per process and 4 global, 6 optimizer "
-        "steps per epoch, 2 samples padded in the last step, step schedulers x2 per optimizer step"
+        "lightning_shard plan: 2 data-parallel processes of 4 ranks (shard), batch size 2 per process and 4 "
+        "global, 6 optimizer steps per epoch, 2 samples padded in the last step, step schedulers x2 per "
+        "optimizer step"
     )
     assert all(rank["plan"] == [plan] for rank in records)
-    assert "lightning_shard plan: 2 processes (dispatch)" in output
+    assert "lightning_shard plan: 2 data-parallel processes of 4 ranks (dispatch)" in output
 
 
 def test_gather_for_metrics_gathers_each_data_parallel_index_once(runs: tuple[Path, str]) -> None:

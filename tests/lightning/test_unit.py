@@ -58,8 +58,8 @@ from tests.helpers.samplers import MaxTokens
 
 
 def test_strategies_are_registered() -> None:
-    assert {"shard", "shard_spawn"} <= set(StrategyRegistry)
-    for name, start_method in (("shard", "popen"), ("shard_spawn", "spawn")):
+    assert {"shard", "shard_spawn", "shard_notebook"} <= set(StrategyRegistry)
+    for name, start_method in (("shard", "popen"), ("shard_spawn", "spawn"), ("shard_notebook", "fork")):
         trainer = pl.Trainer(strategy=name, devices=2, accelerator="cpu", logger=False)
         assert isinstance(trainer.strategy, ShardStrategy)
         assert trainer.strategy._start_method == start_method

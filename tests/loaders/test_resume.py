@@ -362,7 +362,7 @@ def _state(**changes: Any) -> dict[str, Any]:
             _state(),
             "split_batches=False",
         ),
-        (LoaderCase(length=20, batch_size=4, options=DISPATCH), _state(), "mode='shard'"),
+        (LoaderCase(length=20, batch_size=4, options=DISPATCH), _state(), "dispatch_batches=False"),
         (
             LoaderCase(length=20, batch_size=4, shuffle="generator"),
             _state(),

@@ -83,7 +83,8 @@ def test_a_mid_epoch_state_of_another_shuffle_is_refused() -> None:
     scalable = LoaderCase(length=23, batch_size=3, shuffle="global", options=SCALABLE)
     for saved, loaded in ((plain, scalable), (scalable, plain)):
         with pytest.raises(
-            ValueError, match=r"`sampler=.*(Scalable)?RandomSampler.*Load it into a loader built the same way"
+            ValueError,
+            match=r"`scalable_shuffle=(True|False)`.*`scalable_shuffle=(True|False)`.*built the same way",
         ):
             resumed(loaded, 2, 0, stopped(saved, 2, 0, 0, 2).state_dict())
     assert take(resumed(scalable, 2, 0, stopped(plain, 2, 0, 1, 0).state_dict())), "between epochs it loads"

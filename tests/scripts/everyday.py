@@ -19,7 +19,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, DistributedSampler
 
-import lightning_shard  # noqa: F401 - registers the "shard" strategies
+from lightning_shard import ShardDataModule, ShardStrategy
 from tests.helpers.lightning_app import Recorder, RecordMap, loader, trainer
 
 
@@ -151,6 +151,25 @@ def opt_out(out: Path) -> None:
     )
     run = trainer(own, max_epochs=1, use_distributed_sampler=False)
     run.fit(Recorder(str(own)), DataLoader(data, batch_size=4, sampler=sampler))
+    sized = _dir(out, "opt_out", "sized")
+    run = trainer(
+        sized, strategy=ShardStrategy(split_batches=True), max_epochs=1, use_distributed_sampler=False
+    )
+    run.fit(_Sized(str(sized)), datamodule=_WholeBatches())
+
+
+class _WholeBatches(ShardDataModule):
+    def train_dataloader(self) -> DataLoader:
+        return loader(160, 32)
+
+
+class _Sized(Recorder):
+    """Records the datamodule's sizes in ``configure_optimizers``."""
+
+    def configure_optimizers(self) -> Any:
+        data = self.trainer.datamodule
+        self.records["sizes"] = [data.num_processes, data.global_batch_size, data.steps_per_epoch]
+        return super().configure_optimizers()
 
 
 SCENARIOS = (reload_and_resume, fit_twice, without_batch_size, gather_in_training, scheduler_horizon, opt_out)
