@@ -6,30 +6,23 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
+from torch.utils.data import BatchSampler, DataLoader
 
 from lightning_shard._checks import check_non_negative, check_split_batch_size
 from lightning_shard.comm.collectives import broadcast_object, is_distributed, world_size
 from lightning_shard.comm.topology import Topology, resolve_topology
-from lightning_shard.loaders.base import ResumableLoader
+from lightning_shard.loaders.data_kind import DataKind
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
+from lightning_shard.loaders.kinds import classify, user_batch_sampler
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
-from lightning_shard.loaders.streams import SAME, SHORTEST, StreamEnds, stream_ends_for
+from lightning_shard.loaders.streams import SAME, SHORTEST, StreamEnds
 from lightning_shard.loaders.user_class import carry_user_attributes, user_loader_class, with_user_class
 from lightning_shard.options import ShardOptions
 from lightning_shard.sampling.balance import BALANCED, EvenBatches
 from lightning_shard.sampling.batch_shard import BatchSamplerShard
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
-from lightning_shard.sampling.native_stream import (
-    STRIDED_STREAM,
-    IterableSharding,
-    NativeStreamShard,
-    choose_stream_sharding,
-    say_fallback,
-    self_split,
-    split_among_workers,
-)
+from lightning_shard.sampling.native_stream import IterableSharding, NativeStreamShard, split_among_workers
 from lightning_shard.sampling.own_sampler import generator_of, recorded_batch_sampler
 from lightning_shard.sampling.samplers import SampleShard
 
@@ -83,21 +76,26 @@ def prepare_with_options(
     stops when one stream ends, safe for a training loop) or ``"own"`` (each process reads its share to
     its end: predict, where no step is collective).
     """
-    _check_loader(dataloader)
     options = _agree_on_seed(options, topology)
-    dispatch = options.dispatch_batches
-    if dispatch is None:
-        dispatch = options.put_on_device and isinstance(dataloader.dataset, IterableDataset)
+    kind = classify(
+        dataloader,
+        num_processes=topology.num_processes,
+        process_index=topology.process_index,
+        dispatch=options.dispatch_batches,
+        put_on_device=options.put_on_device,
+        iterable_sharding=options.iterable_sharding,
+        even_batches=bool(options.even_batches),
+        uneven=uneven_streams,
+    )
     if options.split_batches:
-        batch_size = dataloader.batch_size or getattr(_batch_sampler(dataloader), "batch_size", None)
+        batch_size = dataloader.batch_size or getattr(user_batch_sampler(dataloader), "batch_size", None)
         check_split_batch_size(batch_size, topology.num_processes, "dataloader")
-    if dispatch:
+    if kind.dispatch:
         _check_dispatch_mesh(device_mesh, topology)
-        _check_dispatch_stream(dataloader.dataset, topology)
-        return _build_dispatcher(dataloader, options, topology, device)
-    if isinstance(dataloader.dataset, IterableDataset):
-        return _build_iterable_shard(dataloader, options, topology, device, uneven_streams)
-    return _build_map_shard(dataloader, options, topology, device)
+        return _build_dispatcher(dataloader, kind, options, topology, device)
+    if kind.stream:
+        return _build_stream_shard(dataloader, kind, options, topology, device)
+    return _build_map_shard(dataloader, kind, options, topology, device)
 
 
 def _agree_on_seed(options: ShardOptions, topology: Topology) -> ShardOptions:
@@ -116,37 +114,6 @@ def _agree_on_seed(options: ShardOptions, topology: Topology) -> ShardOptions:
     return options.replace(data_seed=int(broadcast_object(torch.initial_seed())))
 
 
-def _check_loader(dataloader: Any) -> None:
-    if not isinstance(dataloader, DataLoader):
-        raise TypeError(
-            f"`dataloader` must be a `torch.utils.data.DataLoader`, got {type(dataloader).__name__}. "
-            "Wrap your dataset first: `DataLoader(dataset, batch_size=...)`."
-        )
-    if isinstance(dataloader, ResumableLoader):
-        raise ValueError(
-            f"`dataloader` is already prepared ({type(dataloader).__name__}); preparing it again would "
-            "shard it twice. Pass the original `DataLoader`."
-        )
-    for part in (_batch_sampler(dataloader), dataloader.dataset):
-        if (
-            isinstance(part, (BatchSamplerShard, IterableDatasetShard, NativeStreamShard))
-            and part.num_processes > 1
-        ):
-            raise ValueError(
-                f"`dataloader` is built on a {type(part).__name__} with `num_processes={part.num_processes}`, "
-                "which already shards it; preparing it would give each process a fraction of its share. "
-                "Pass a `DataLoader` over the plain dataset and batch sampler."
-            )
-    sampler = getattr(_batch_sampler(dataloader), "sampler", None)
-    if isinstance(sampler, DistributedSampler) or hasattr(sampler, "num_replicas"):
-        raise ValueError(
-            f"`dataloader` already shards by rank: its sampler is a {type(sampler).__name__}. Sharding it "
-            "again would give each process a fraction of its share. Use a plain sampler (e.g. "
-            "`shuffle=True`), or, to keep sharding it yourself under Lightning, pass "
-            "`Trainer(use_distributed_sampler=False)`: the strategy then leaves every loader as it is."
-        )
-
-
 def _check_dispatch_mesh(device_mesh: Any, topology: Topology) -> None:
     """Dispatch under a mesh needs the whole mesh: global rank 0 sends every other rank its index's slice."""
     if device_mesh is None or topology.covers_world():
@@ -159,13 +126,6 @@ def _check_dispatch_mesh(device_mesh: Any, topology: Topology) -> None:
     )
 
 
-def _batch_sampler(dataloader: DataLoader) -> Any:
-    """The user's batch sampler (also when it was passed as ``sampler`` with ``batch_size=None``)."""
-    if isinstance(dataloader.sampler, BatchSampler):
-        return dataloader.sampler
-    return dataloader.batch_sampler
-
-
 def _recorded(batch_sampler: Any, options: ShardOptions) -> Any:
     return recorded_batch_sampler(
         batch_sampler,
@@ -176,14 +136,14 @@ def _recorded(batch_sampler: Any, options: ShardOptions) -> Any:
 
 
 def _build_map_shard(
-    dataloader: DataLoader, options: ShardOptions, topology: Topology, device: Any
+    dataloader: DataLoader, kind: DataKind, options: ShardOptions, topology: Topology, device: Any
 ) -> DataLoaderShard:
-    user_batch_sampler = _batch_sampler(dataloader)
+    per_sample = kind.index_shape == "samples"
     # NOTE: `DataLoader(batch_size=None)`: one uncollated sample a step.
-    per_sample = user_batch_sampler is None
-    if per_sample:
-        user_batch_sampler = BatchSampler(dataloader.sampler, 1, drop_last=False)
-    batch_sampler = _recorded(user_batch_sampler, options)
+    user = (
+        BatchSampler(dataloader.sampler, 1, drop_last=False) if per_sample else user_batch_sampler(dataloader)
+    )
+    batch_sampler = _recorded(user, options)
     generator = generator_of(batch_sampler)
     shard = BatchSamplerShard(
         batch_sampler,
@@ -194,11 +154,11 @@ def _build_map_shard(
         # step cannot be split, so a per-sample loader pads where it would balance.
         even_batches=_even_batches(options, topology, per_sample),
     )
-    index_source: dict[str, Any] = {"batch_sampler": shard}
-    if per_sample:
-        index_source = {"sampler": SampleShard(shard), "batch_size": None}
-    elif user_batch_sampler is dataloader.sampler:
-        index_source = {"sampler": shard, "batch_size": None}
+    shapes: dict[str, dict[str, Any]] = {
+        "samples": {"sampler": SampleShard(shard), "batch_size": None},
+        "sampler": {"sampler": shard, "batch_size": None},
+    }
+    index_source = shapes.get(kind.index_shape, {"batch_sampler": shard})
     return _construct(
         DataLoaderShard,
         dataloader,
@@ -210,6 +170,7 @@ def _build_map_shard(
         non_blocking=options.non_blocking,
         topology=topology,
         data_seed=options.data_seed,
+        kind=kind,
         **index_source,
         **loader_settings(dataloader),
     )
@@ -228,46 +189,39 @@ def _usable_rng_types(options: ShardOptions, generator: torch.Generator | None) 
     return [name for name in options.rng_types if name != "generator" or generator is not None]
 
 
-def _build_iterable_shard(
-    dataloader: DataLoader, options: ShardOptions, topology: Topology, device: Any, uneven: StreamEnds
+def _build_stream_shard(
+    dataloader: DataLoader, kind: DataKind, options: ShardOptions, topology: Topology, device: Any
 ) -> DataLoaderShard:
-    """A loader over this process's part of a stream: its own share (native), or a stride of all of it."""
-    sharding = choose_stream_sharding(
-        dataloader.dataset, options.iterable_sharding, topology.num_processes, dataloader.num_workers
-    )
-    say_fallback(sharding, topology.num_processes, topology.process_index)
-    stream_ends = stream_ends_for(sharding.kind, bool(options.even_batches), uneven)
-    batch_size = dataloader.batch_size or 1
-    if sharding.kind == STRIDED_STREAM:
-        dataset: IterableDataset = IterableDatasetShard(
-            dataloader.dataset,
-            batch_size=batch_size,
+    """A loader over this process's part of a stream: its own share, or a stride of all of it."""
+    batch_size, user = per_process_batch(dataloader.batch_size, options, topology), dataloader.dataset
+    generator = None
+    if kind.source == "strided":
+        dataset: Any = IterableDatasetShard(
+            user,
+            batch_size=dataloader.batch_size or 1,
             drop_last=dataloader.drop_last,
             num_processes=topology.num_processes,
             process_index=topology.process_index,
             split_batches=options.split_batches,
-            even_batches=topology.num_processes > 1 and stream_ends == SAME,
-            fingerprinted=_checked_same(dataloader.dataset, topology),
+            even_batches=topology.num_processes > 1 and kind.stream_ends == SAME,
+            fingerprinted=kind.fingerprinted,
         )
-        generator = getattr(dataloader.dataset, "generator", None)
+        generator = getattr(user, "generator", None)
         generator = generator if isinstance(generator, torch.Generator) else None
     else:
-        library = sharding.library
-        if library is not None:
-            library.split(topology.num_processes, topology.process_index, dataloader.drop_last)
-            library.check_batches(
-                per_process_batch(dataloader.batch_size, options, topology), dataloader.num_workers
-            )
+        if kind.library is not None:
+            kind.library.split(topology.num_processes, topology.process_index, dataloader.drop_last)
+            kind.library.check_batches(batch_size, dataloader.num_workers)
         dataset = NativeStreamShard(
-            dataloader.dataset,
-            sharding.kind,
+            user,
+            "self-split-stream" if kind.library is not None else "native-stream",
             topology.num_processes,
             topology.process_index,
             batch_size=dataloader.batch_size,
             split_batches=options.split_batches,
-            library=library,
+            library=kind.library,
+            workers_shard=kind.workers_shard,
         )
-        generator = None
     return _construct(
         DataLoaderShard,
         dataloader,
@@ -278,9 +232,9 @@ def _build_iterable_shard(
         use_stateful_dataloader=options.use_stateful_dataloader,
         non_blocking=options.non_blocking,
         topology=topology,
-        batch_size=per_process_batch(dataloader.batch_size, options, topology),
+        batch_size=batch_size,
         drop_last=dataloader.drop_last,
-        stream_ends=stream_ends,
+        kind=kind,
         **loader_settings(dataloader),
     )
 
@@ -292,36 +246,27 @@ def per_process_batch(batch_size: int | None, options: ShardOptions, topology: T
     return batch_size // topology.num_processes if options.split_batches else batch_size
 
 
-def _checked_same(dataset: Any, topology: Topology) -> bool:
-    """Whether a strided stream's processes check that they read the same stream (at each epoch's first
-    fetch): always on several processes, unless the dataset declares that it does (``splits_by_rank =
-    False``: its elements may be random, so that their contents differ)."""
-    return topology.num_processes > 1 and getattr(dataset, "splits_by_rank", None) is not False
-
-
 def _build_dispatcher(
-    dataloader: DataLoader, options: ShardOptions, topology: Topology, device: Any
+    dataloader: DataLoader, kind: DataKind, options: ShardOptions, topology: Topology, device: Any
 ) -> DataLoaderDispatcher:
     kwargs = loader_settings(dataloader)
     kwargs.pop("generator", None)
     dataset = dataloader.dataset
-    if isinstance(dataset, IterableDataset):
+    if kind.stream:
         kwargs.update(batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
-        library = self_split(dataset)
-        if library is not None and library.dispatchable:
-            library.split(1, 0, dataloader.drop_last)  # NOTE: process 0 reads all of it.
-        dataset = split_among_workers(dataset, dataloader.num_workers)
+        if kind.library is not None and kind.library.dispatchable:
+            kind.library.split(1, 0, dataloader.drop_last)  # NOTE: process 0 reads all of it.
+        dataset = split_among_workers(dataset) if kind.workers_shard else dataset
+    elif kind.index_shape == "samples":
+        raise ValueError(
+            "`dispatch_batches=True` with `DataLoader(batch_size=None)`: process 0 would load single, uncollated "
+            "samples, which cannot be sliced into a part per process. Give the loader a `batch_size` (each "
+            "process then gets its slice of every batch), or use `dispatch_batches=False` (each process loads "
+            "its own samples)."
+        )
     else:
-        user_batch_sampler = _batch_sampler(dataloader)
-        if user_batch_sampler is None:
-            raise ValueError(
-                "`dispatch_batches=True` with `DataLoader(batch_size=None)`: process 0 would load single, uncollated "
-                "samples, which cannot be sliced into a part per process. Give the loader a `batch_size` (each "
-                "process then gets its slice of every batch), or use `dispatch_batches=False` (each process loads "
-                "its own samples)."
-            )
-        batch_sampler = _recorded(user_batch_sampler, options)
         # NOTE: a one-process shard is the batch sampler itself, plus arithmetic skipping on resume.
+        batch_sampler = _recorded(user_batch_sampler(dataloader), options)
         kwargs["batch_sampler"] = BatchSamplerShard(batch_sampler, even_batches=False)
     return _construct(
         DataLoaderDispatcher,
@@ -333,20 +278,8 @@ def _build_dispatcher(
         slice_fn=options.slice_fn_for_dispatch,
         non_blocking=options.non_blocking,
         use_stateful_dataloader=options.use_stateful_dataloader,
+        kind=kind,
         **kwargs,
-    )
-
-
-def _check_dispatch_stream(dataset: Any, topology: Topology) -> None:
-    """Refuse dispatching a stream that splits itself by rank: process 0 would read its own part only."""
-    splits = self_split(dataset)
-    if splits is None or topology.num_processes == 1 or splits.dispatchable:
-        return  # NOTE: a dispatchable one is told to read for one process: process 0 reads it all.
-    raise ValueError(
-        f"`dispatch_batches=True` over a dataset that {splits.reason}: process 0 loads for every process, but this "
-        f"dataset gives process 0 only its own 1/{topology.num_processes}, so the other parts would never be "
-        "read. Use `dispatch_batches=False` (each process reads its own part, passed through), or give the "
-        "dataset unsplit."
     )
 
 
@@ -366,7 +299,6 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
         skipped = dataloader.fresh_copy()
         skipped.resumption.skip(num_batches, dataloader.epoch)
         return skipped
-    _check_loader(dataloader)
     loader = prepare_with_options(dataloader, ShardOptions(), Topology(1, 0))
     loader.resumption.skip(num_batches)
     return loader

@@ -9,7 +9,6 @@ from lightning.fabric.utilities.data import sized_len
 
 from lightning_shard.lightning.schedulers import SchedulerScaling, ShortSchedule
 from lightning_shard.lightning.stages import ShardLoader
-from lightning_shard.loaders.streams import describe_stream
 from lightning_shard.sampling.balance import is_balanced
 from lightning_shard.sampling.samplers import ScalableRandomSampler
 
@@ -153,7 +152,7 @@ def plan_for(
         scheduler_scaling=scaling.describe() if step_schedulers else "",
         mode=state.mode,
         short_schedulers=tuple(short.describe() for short in short_schedulers or ()),
-        stream=describe_stream(loader.dataset, loader.stream),
+        stream=loader.source.describe(),
         scalable_shuffle=state.sampler == ScalableRandomSampler.__name__,
         accumulate_grad_batches=accumulate_grad_batches,
         split_batches=state.split_batches,
@@ -173,8 +172,7 @@ def _padding(loader: ShardLoader, batches: int | None) -> tuple[int | None, int 
     if batches is None or state.dataset_length is None or not global_batch:
         return None, None  # NOTE: a batch sampler without `batch_size` (max tokens): sizes vary, no count.
     # NOTE: where the epoch the fit starts in stands: a checkpoint's restore, the epoch in progress, or none.
-    pending = loader.pending_position
-    resumed = pending if pending is not None else loader.resumption.position
+    resumed = loader.resumption.current()
     left = max(state.dataset_length - state.samples_in(resumed.base), 0)
     covered = (batches - resumed.base_steps) * global_batch
     if state.drop_last:

@@ -23,8 +23,7 @@ from typing_extensions import override
 from lightning_shard.comm.topology import Topology
 from lightning_shard.comm.tree import concatenate
 from lightning_shard.lightning._private import predict_loader_count, predictions_per_loader
-from lightning_shard.lightning.stages import flatten_loaders
-from lightning_shard.sampling.native_stream import NativeStreamShard
+from lightning_shard.lightning.stages import flatten_loaders, is_shard_loader
 
 
 def merge_in_order(
@@ -65,7 +64,7 @@ def _joined(slices: list[Any]) -> Any:
 def _by_process(trainer: pl.Trainer) -> list[bool]:
     """Per predict loader: whether it reads a natively sharded stream (``merge_in_order``'s ``by_process``)."""
     loaders = flatten_loaders(trainer.predict_dataloaders)
-    return [isinstance(getattr(loader, "dataset", None), NativeStreamShard) for loader in loaders]
+    return [is_shard_loader(loader) and loader.kind.source == "shares" for loader in loaders]
 
 
 class PredictionGatherer(Callback):

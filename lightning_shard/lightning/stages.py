@@ -8,13 +8,14 @@ import lightning.pytorch as pl
 import torch
 from lightning.fabric.utilities.data import sized_len
 from lightning.pytorch.trainer.states import RunningStage
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader
 
 from lightning_shard.comm.collectives import all_gather_objects
 from lightning_shard.comm.rng import synchronize_rng_states
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import record_batch_indices, unwrap_index_batch_sampler
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
+from lightning_shard.loaders.kinds import is_stream
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
 from lightning_shard.loaders.streams import OWN
@@ -78,7 +79,7 @@ def prepare_for_stage(
     dataloader: DataLoader, options: ShardOptions, topology: Topology, stage: str, device: torch.device
 ) -> DataLoader:
     """``dataloader`` sharded with ``options`` for ``stage``."""
-    if stage == "predict" and isinstance(dataloader.dataset, IterableDataset):
+    if stage == "predict" and is_stream(dataloader):
         # NOTE: no end agreement: each process predicts its whole part of the stream, once.
         return prepare_with_options(dataloader, options, topology, device=device, uneven_streams=OWN)
     inner = unwrap_index_batch_sampler(dataloader.batch_sampler) if stage == "predict" else None

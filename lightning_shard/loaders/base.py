@@ -1,13 +1,12 @@
 """``ResumableLoader``: the public face both loaders share, each method delegating to the loader's
-``Resumption`` (``loaders/resumable.py``), and ``LoaderSource``, what both loaders' ``IndexSource`` share.
-"""
+``Resumption`` (``loaders/resumable.py``) or its source of batches (``loaders/source.py``)."""
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -18,17 +17,21 @@ from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.state import LoaderState
 from lightning_shard.loaders.streams import StreamRun
-from lightning_shard.sampling.own_sampler import seeded_order
-from lightning_shard.sampling.samplers import forward_epoch
+
+if TYPE_CHECKING:
+    from lightning_shard.loaders.data_kind import DataKind
+    from lightning_shard.loaders.source import BatchSource
 
 
 class ResumableLoader(DataLoader):
     """The public face both loaders share, each method delegating to the loader's ``resumption``."""
 
+    kind: DataKind
+    """What kind of data the loader holds (``loaders/kinds.py``), decided once when it is built."""
+    source: BatchSource
+    """Where its batches come from, one class per kind (``loaders/source.py``)."""
     resumption: Resumption
-    """Set by the loader's ``__init__`` over the loader's ``IndexSource``."""
-    stream: StreamRun | None = None
-    """The end agreement of a loader over a stream (and each process's position in a native one)."""
+    """Its epochs and position, over ``source``."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Register a class that is also a ``StatefulDataLoader`` as the stateful variant of its first base.
@@ -53,27 +56,15 @@ class ResumableLoader(DataLoader):
 
     # -- iteration --------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        """This process's batches of the epoch: a pending restore applied (``_seek``), then ``_epoch``'s
-        batches, which the ``Resumption`` counts (the one writer of the position and of an epoch's end)."""
-        position = self.resumption.begin_epoch()
-        self._seek(position)
-        return self.resumption.run(self._epoch(position))
+        """This process's batches of the epoch: the source's, from where the ``Resumption`` says the epoch
+        begins (a pending restore applied), each counted by it (the one writer of the position)."""
+        return self.resumption.run(self.source.batches(self.resumption.begin_epoch()))
 
-    def _seek(self, position: Position) -> None:
-        """Make this iteration start at this process's batch ``position.start`` after ``position.base``."""
-        raise NotImplementedError
-
-    def _epoch(self, position: Position) -> Generator[tuple[Any, bool], None, None]:
-        """This process's batches of the epoch ``position`` begins, each with whether it is the last."""
-        raise NotImplementedError
-
-    def _user_batches(self) -> Iterator[Any]:
-        """A new iterator over the user's batches of this epoch, as the ``DataLoader`` yields them.
-
-        A stream's epoch resumed under another ``num_workers`` is read, to its end, by a one-epoch
-        ``DataLoader`` with the worker count it started with (``_stream_epoch_workers``).
+    def user_batches(self, workers: int | None = None) -> Iterator[Any]:
+        """A new iterator over the user's batches of this epoch, as the ``DataLoader`` (and a user's subclass
+        of it) yields them; with ``workers`` other than the loader's own, read by a one-epoch ``DataLoader``
+        with that many (a stream's epoch resumed under another ``num_workers`` finishes under its own).
         """
-        workers = self.resumption.position.workers
         if workers is None or workers == self.num_workers:
             return super().__iter__()
         settings = dict(loader_settings(self), num_workers=workers, persistent_workers=False)
@@ -82,6 +73,11 @@ class ResumableLoader(DataLoader):
         return iter(
             DataLoader(self.dataset, batch_size=self.batch_size, drop_last=self.drop_last, **settings)
         )
+
+    @property
+    def stream(self) -> StreamRun | None:
+        """The end agreement of a loader over a stream (and each process's position in a share of its own)."""
+        return self.source.stream
 
     @property
     def cursor(self) -> EpochCursor | None:
@@ -94,7 +90,7 @@ class ResumableLoader(DataLoader):
     @property
     def sharding(self) -> ShardingInfo:
         """The sharding this loader applies (mode, processes, batch size, flags, dataset length)."""
-        return self.resumption.source.sharding()
+        return self.source.sharding()
 
     @property
     def resume_hook(self) -> ResumeHook | None:
@@ -113,7 +109,7 @@ class ResumableLoader(DataLoader):
     @property
     def end_of_dataloader(self) -> bool:
         """Whether the batch just yielded is the last of the epoch."""
-        return self.resumption.position.end
+        return self.resumption.progress.end
 
     @property
     def remainder(self) -> int:
@@ -123,8 +119,8 @@ class ResumableLoader(DataLoader):
     @property
     def steps_taken(self) -> int:
         """Batches yielded in the epoch in progress, counting those skipped or taken before a restore."""
-        position = self.resumption.position
-        return position.steps if position.in_epoch else 0
+        progress = self.resumption.progress
+        return progress.steps if progress.in_epoch else 0
 
     @property
     def epoch(self) -> int:
@@ -216,52 +212,6 @@ class ResumableLoader(DataLoader):
                 "`__len__`); check `loader.cursor is not None` first."
             )
         cursor.observer = observer
-
-
-class LoaderSource:
-    """The ``IndexSource`` methods both loaders' sources share (each adds the rest)."""
-
-    def __init__(self, loader: ResumableLoader) -> None:
-        self.loader = loader
-
-    def workers(self) -> int:
-        return int(self.loader.num_workers)
-
-    def set_epoch(self, epoch: int) -> None:
-        cursor, dataset = self.loader.cursor, self.loader.dataset
-        if cursor is not None:
-            cursor.set_epoch(epoch)
-        elif callable(getattr(dataset, "set_epoch", None)):
-            dataset.set_epoch(epoch)  # type: ignore[attr-defined]
-        else:
-            forward_epoch(self.loader.batch_sampler, epoch)
-
-    def synchronize(self) -> None:
-        """Nothing to copy from process 0 before an epoch (a ``DataLoaderShard`` copies its ``rng_types``)."""
-
-    def seeded(self) -> Any:
-        """What holds the seed of a seeded order (``sampling/own_sampler.py``, ``seeded_order``), or ``None``."""
-        cursor = self.loader.cursor
-        return None if cursor is None else seeded_order(getattr(cursor.batch_sampler, "batch_sampler", None))
-
-
-_END = object()
-
-
-def marked_last(
-    batches: Iterator[Any], move: Callable[[Any], Any] | None = None
-) -> Generator[tuple[Any, bool], None, None]:
-    """Each of ``batches`` (``move``d, if given) with whether it is the last: one batch read ahead.
-
-    NOTE: no collective: map-style data ends where arithmetic says, on every process alike.
-    """
-    current = next(batches, _END)
-    while current is not _END:
-        if move is not None:
-            current = move(current)
-        following = next(batches, _END)
-        yield current, following is _END
-        current = following
 
 
 _STATEFUL_VARIANTS: dict[type, type] = {}

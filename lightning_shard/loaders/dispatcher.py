@@ -4,29 +4,23 @@
 from __future__ import annotations
 
 import copy
-import itertools
-from collections.abc import Generator, Iterator, Sized
 from typing import Any
 
 import torch
-import torch.distributed as dist
-from torch.utils.data import DataLoader, IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lightning_shard._checks import check_non_negative
-from lightning_shard.comm.collectives import communication_device, is_distributed
+from lightning_shard.comm.collectives import is_distributed
 from lightning_shard.comm.topology import Topology, resolve_topology
-from lightning_shard.comm.tree import batch_length, concatenate, same_layout, send_to_device, slice_batch
-from lightning_shard.comm.wire import Channel, Status
-from lightning_shard.loaders.base import LoaderSource, ResumableLoader, marked_last
+from lightning_shard.comm.tree import slice_batch
+from lightning_shard.loaders.base import ResumableLoader
 from lightning_shard.loaders.cursor import EpochCursor
-from lightning_shard.loaders.position import Position, ShardingInfo
+from lightning_shard.loaders.data_kind import DataKind
+from lightning_shard.loaders.dispatch_source import DispatchSource
+from lightning_shard.loaders.kinds import dispatched_kind
 from lightning_shard.loaders.resumable import Resumption
-from lightning_shard.loaders.settings import loader_settings, sampler_kind
-from lightning_shard.loaders.state import decode_generator_state
+from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader
-from lightning_shard.sampling.balance import chunk
-from lightning_shard.sampling.own_sampler import generator_of
 
 
 class DataLoaderDispatcher(ResumableLoader):
@@ -53,6 +47,8 @@ class DataLoaderDispatcher(ResumableLoader):
         process_index: defaults to the running process group's rank.
         topology: the data-parallel topology (``prepare_data_loader`` passes it); when given, it is used
             instead of ``num_processes`` / ``process_index``.
+        kind: what kind of data it holds (``prepare_data_loader`` passes what it decided; ``None``: decided
+            from ``dataset``).
         **kwargs: any other ``DataLoader`` argument (a ``batch_sampler`` for map-style data).
 
     Raises:
@@ -72,12 +68,14 @@ class DataLoaderDispatcher(ResumableLoader):
         num_processes: int | None = None,
         process_index: int | None = None,
         topology: Topology | None = None,
+        kind: DataKind | None = None,
         **kwargs: Any,
     ) -> None:
         skip_batches = check_non_negative("skip_batches", skip_batches)
         topology = topology if topology is not None else resolve_topology(num_processes, process_index)
         _check_group(topology)
-        if kwargs.get("batch_sampler") is not None and not isinstance(dataset, IterableDataset):
+        self.kind = kind if kind is not None else dispatched_kind(dataset)
+        if kwargs.get("batch_sampler") is not None and not self.kind.stream:
             kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
         init_data_loader(self, dataset, **kwargs)
         self.device = None if device is None else torch.device(device)
@@ -86,10 +84,8 @@ class DataLoaderDispatcher(ResumableLoader):
         self.non_blocking = non_blocking
         self.use_stateful_dataloader = use_stateful_dataloader
         self.topology = topology
-        self._channels: dict[int, Channel] = {}
-        self._resume_batches = 0
-        self._skipped_head: list[Any] = []
-        self.resumption = Resumption(_DispatchSource(self), skip_batches=skip_batches)
+        self.source: DispatchSource = DispatchSource(self)
+        self.resumption = Resumption(self.source, skip_batches=skip_batches)
 
     @property
     def num_processes(self) -> int:
@@ -102,31 +98,8 @@ class DataLoaderDispatcher(ResumableLoader):
     @property
     def bytes_received(self) -> int:
         """Bytes this process received from process 0 so far (0 on process 0)."""
-        return 0 if self._serves else sum(channel.bytes_moved for channel in self._channels.values())
-
-    @property
-    def _serves(self) -> bool:
-        """Whether this process loads: process 0, or global rank 0 under a mesh that shares indices."""
-        if self.topology.rank_indices is None:
-            return self.process_index == 0
-        return dist.get_rank() == 0
-
-    def _slice_of(self) -> tuple[int, list[tuple[int, int]]]:
-        """On the loading process: its own slice's index, and each other rank with its slice's index."""
-        indices = self.topology.rank_indices
-        if indices is None:
-            return 0, [(peer, peer) for peer in range(1, self.num_processes)]
-        return indices[0], [(peer, index) for peer, index in enumerate(indices) if peer != 0]
-
-    def _seek(self, position: Position) -> None:
-        """Make this iteration start at this process's batch ``position.start`` after ``position.base``."""
-        skipped, base = position.start * self.sharding.step_size, position.base
-        self._resume_batches = base + skipped
-        cursor = self.cursor
-        if cursor is not None:
-            # NOTE: the steps already taken go in `start`, not `consumed`, so `len()` keeps counting the
-            # whole epoch (from `base`), as DataLoaderShard's does; Lightning adds its restored count to it.
-            cursor.rewind(skipped, base)
+        source = self.source
+        return 0 if source.serves else sum(channel.bytes_moved for channel in source.channels.values())
 
     def fresh_copy(self) -> DataLoaderDispatcher:
         """A loader with every setting of this one and a position of its own (at the epoch's start).
@@ -148,202 +121,16 @@ class DataLoaderDispatcher(ResumableLoader):
             slice_fn=self.slice_fn,
             non_blocking=self.non_blocking,
             topology=self.topology,
+            kind=self.kind,
             **kwargs,
         )
         carry_user_attributes(twin, self, getattr(self, "user_attributes", ()))
         twin.set_epoch(self.epoch)
         return twin
 
-    # -- iteration --------------------------------------------------------------------------------
-    def _epoch(self, position: Position) -> Generator[tuple[Any, bool], None, None]:
-        return self._serve() if self._serves else self._receive()
-
-    def _channel(self, peer: int) -> Channel:
-        if peer not in self._channels:
-            self._channels[peer] = Channel(peer, communication_device())
-        return self._channels[peer]
-
-    def _serve(self) -> Generator[tuple[Any, bool], None, None]:
-        """Process 0: build global batches, send each peer its slice, yield our own."""
-        last = False
-        own, peers = self._slice_of()
-        try:
-            for batch, last in self._global_slices():
-                for peer, index in peers:
-                    self._channel(peer).send_batch(batch[index], last)
-                yield send_to_device(batch[own], self.device, self.non_blocking), last
-            if not last:
-                for peer, _ in peers:
-                    self._channel(peer).send_status(Status.STOP)
-        except Exception as error:
-            for peer, _ in peers:
-                self._channel(peer).send_status(Status.ERROR, f"{type(error).__name__}: {error}")
-            raise
-        finally:
-            # NOTE: sends are asynchronous; each must be delivered before its buffers go, also when the
-            # iteration is abandoned (Lightning stops after `len(loader)` batches) and this is closed.
-            for channel in self._channels.values():
-                channel.flush()
-
-    def _receive(self) -> Generator[tuple[Any, bool], None, None]:
-        """Other processes: receive slices from process 0 until it says the epoch is over."""
-        channel = self._channel(0)
-        while True:
-            status, batch = channel.receive()
-            if status is Status.ERROR:
-                raise RuntimeError(f"Process 0 failed while loading the batch to dispatch: {batch}")
-            if status is Status.STOP:
-                return
-            yield send_to_device(batch, self.device, self.non_blocking), status is Status.LAST
-            if status is Status.LAST:
-                return
-
-    def _global_slices(self) -> Iterator[tuple[list[Any], bool]]:
-        """Each global batch cut into ``N`` slices, and whether it is the epoch's last."""
-        first: list[Any] | None = None
-        for current, last in marked_last(self._global_batches()):
-            first = first or current
-            yield self._cut(current, last, first), last
-
-    def _global_batches(self) -> Iterator[list[Any]]:
-        """The batches of the user's loader that form each global batch (``N``, or 1 with ``split_batches``)."""
-        source = self._user_batches()
-        group = 1 if self.split_batches else self.num_processes
-        skip = 0 if self.cursor is not None else self._resume_batches
-        skipped = list(itertools.islice(source, skip))
-        self._skipped_head = skipped[:group]
-        while True:
-            batches = list(itertools.islice(source, group))
-            if not batches or (len(batches) < group and _user_drop_last(self)):
-                return
-            yield batches
-
-    def _needs_padding(self, batches: list[Any]) -> bool:
-        rows = sum(batch_length(batch) for batch in batches)
-        return not _user_drop_last(self) and rows % self.num_processes != 0
-
-    def _head(self, first: list[Any]) -> Any:
-        """The first ``N`` rows of the epoch, to complete an incomplete last global batch: read only then,
-        from the batches a resumed epoch skipped, then its ``first`` global batch if they have too few."""
-        n = self.num_processes
-        batches = self._skipped_batches()
-        if sum(batch_length(batch) for batch in batches) < n:
-            batches = [*batches, *first]
-        enough = self.slice_fn is slice_batch and batch_length(batches[0]) >= n
-        return self.slice_fn(
-            _joined(batches[:1] if enough else batches), slice(0, n), process_index=0, num_processes=n
-        )
-
-    def _skipped_batches(self) -> list[Any]:
-        """The epoch's skipped batches holding its first ``N`` rows, in order (none in a fresh epoch): kept
-        when iterable data skipped them, read by index for map-style data."""
-        cursor = self.cursor
-        if cursor is None or not self._resume_batches:
-            return self._skipped_head
-        generator, at_start = self.resumption.source.generator(), self.resumption.position.generator_state
-        now = generator.get_state() if generator is not None else None
-        if generator is not None and at_start is not None:
-            generator.set_state(decode_generator_state(at_start))
-        batches, rows = [], 0
-        for indices in itertools.islice(cursor.batch_sampler, self._resume_batches):
-            batches.append(self._fetch(indices))
-            rows += len(indices)
-            if rows >= self.num_processes:
-                break
-        if generator is not None and now is not None:
-            generator.set_state(now)
-        return batches
-
-    def _fetch(self, indices: list[int]) -> Any:
-        """One batch of the user's loader, fetched and collated as its DataLoader would."""
-        getitems = getattr(self.dataset, "__getitems__", None)
-        samples = getitems(indices) if callable(getitems) else [self.dataset[index] for index in indices]
-        return self.collate_fn(samples)
-
-    def _cut(self, batches: list[Any], last: bool, first: list[Any]) -> list[Any]:
-        """The ``N`` slices of a global batch: an incomplete last one is completed with the epoch's head; one
-        before it whose rows ``N`` does not divide (a bucketing sampler's short batch) is cut into parts
-        differing by at most one row, every row once."""
-        # NOTE: ``N`` batches of one layout are the slices of their concatenation: no need to join them.
-        if self.slice_fn is slice_batch and len(batches) == self.num_processes > 1 and same_layout(batches):
-            return batches
-        batch = _joined(batches)
-        rows, n = batch_length(batch), self.num_processes
-        if last and self._needs_padding(batches):
-            batch, rows = self._padded(batch, self._head(first)), (rows // n + 1) * n
-        elif 0 < rows < n:
-            raise ValueError(
-                f"`dispatch_batches=True`: a global batch before the epoch's last has {rows} rows, fewer than "
-                f"the {n} processes, so some would get none and the step could not be taken together. Have "
-                "the batch sampler yield batches of at least as many samples as processes, or use "
-                "`dispatch_batches=False`."
-            )
-        return [
-            self.slice_fn(batch, slice(*chunk(rows, n, r)), process_index=r, num_processes=n)
-            for r in range(n)
-        ]
-
-    def _padded(self, batch: Any, head: Any) -> Any:
-        try:
-            return concatenate([batch, head])
-        except ValueError as error:
-            rows = batch_length(batch)
-            raise ValueError(
-                f"`dispatch_batches=True`: the epoch's last batch has {rows} rows, not a multiple of the "
-                f"number of processes ({self.num_processes}), so it is completed with the epoch's first rows, "
-                f"but their tensors cannot be concatenated ({error.__cause__ or error}). Set `drop_last=True` "
-                "on the DataLoader, or collate every batch to the same trailing shapes."
-            ) from error
-
 
 class StatefulDataLoaderDispatcher(DataLoaderDispatcher, StatefulDataLoader):
     """``DataLoaderDispatcher`` backed by torchdata's ``StatefulDataLoader``; its state is the shard state."""
-
-
-class _DispatchSource(LoaderSource):
-    """Where a ``DataLoaderDispatcher``'s batches come from: the ``IndexSource`` of its ``Resumption``."""
-
-    loader: DataLoaderDispatcher
-
-    def sharding(self) -> ShardingInfo:
-        loader, cursor, dataset = self.loader, self.loader.cursor, self.loader.dataset
-        return ShardingInfo(
-            mode="dispatch",
-            num_processes=loader.num_processes,
-            split_batches=loader.split_batches,
-            even_batches=True,
-            drop_last=_user_drop_last(loader),
-            batch_size=cursor.batch_size if cursor is not None else loader.batch_size,
-            dataset_length=len(dataset) if isinstance(dataset, Sized) else None,
-            sampler=sampler_kind(self.sampler(), dataset),
-        )
-
-    def generator(self) -> torch.Generator | None:
-        """The sampler's generator, or an iterable dataset's (the reference's convention)."""
-        cursor = self.loader.cursor
-        if cursor is not None:
-            return generator_of(getattr(cursor.batch_sampler, "batch_sampler", None))
-        generator = getattr(self.loader.dataset, "generator", None)
-        return generator if isinstance(generator, torch.Generator) else None
-
-    def sampler(self) -> Any:
-        return getattr(self.loader.cursor, "sampler", None)
-
-    def length_after(self, base: int) -> int:
-        loader, cursor = self.loader, self.loader.cursor
-        whole = cursor.length_after(base) if cursor is not None else max(DataLoader.__len__(loader) - base, 0)
-        if loader.split_batches:
-            return whole
-        return whole // loader.num_processes if _user_drop_last(loader) else -(-whole // loader.num_processes)
-
-
-def _user_drop_last(loader: DataLoaderDispatcher) -> bool:
-    cursor = loader.cursor
-    return cursor.drop_last if cursor is not None else bool(loader.drop_last)
-
-
-def _joined(batches: list[Any]) -> Any:
-    return batches[0] if len(batches) == 1 else concatenate(batches)
 
 
 def _check_group(topology: Topology) -> None:

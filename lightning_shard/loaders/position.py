@@ -6,26 +6,25 @@ and the code that drives them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol, runtime_checkable
 
 from lightning_shard.sampling.balance import EvenBatches, is_balanced
-from lightning_shard.sampling.native_stream import STREAM_KINDS
+from lightning_shard.sampling.native_stream import NATIVE_STREAM_KINDS, STREAM_KINDS
 
 Mode = Literal["shard", "dispatch"]
 """How a loader shards: each process loads its own batches, or process 0 loads and sends slices."""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True)
 class Position:
-    """Where an epoch stands: the loader's live position, or a restore applied at the next ``iter()``.
+    """Where an epoch stands: a restore that the next ``iter()`` applies, the start an iteration begins at,
+    or what a state saves (``LoaderState``). Immutable: the live counters are a ``Progress``.
 
     ``steps`` counts the steps taken in the epoch; the first ``base_steps`` of them were taken under
-    another sharding, which consumed ``base`` (batches of the user's loader, or elements of an iterable
-    dataset). This process continues at its batch ``start`` of the current sharding of what is left.
-
-    NOTE: slotted: the loader updates ``steps`` and ``end`` at every batch, and an attribute set on a
-    ``DataLoader`` itself goes through its slow Python-level ``__setattr__``.
+    another sharding, which consumed ``base`` (in the sharding's units: batches of the user's loader, or
+    elements of a stream; ``ShardingInfo.samples_in``). This process continues at its batch ``start`` of
+    the current sharding of what is left.
     """
 
     epoch: int | None = 0
@@ -39,15 +38,42 @@ class Position:
     workers: int | None = None
     """The ``DataLoader`` workers this epoch is read with when not the loader's own: a stream's epoch
     resumed under another ``num_workers`` finishes under the count it started with."""
-    in_epoch: bool = False
-    """Whether an epoch is being iterated (``steps`` and the rest describe it)."""
-    end: bool = False
-    """Whether the batch just yielded is the last of the epoch."""
+    ended_at: tuple[int | None, ...] | None = None
+    """For a stream each process reads its own share of: the step at which each process's share ended
+    (``None``: not yet), by rank (the state's ``streams``; ``None``: unknown, or not such a stream)."""
 
     @property
     def start(self) -> int:
         """This process's batch number in the shard of what was left after ``base``."""
         return self.steps - self.base_steps
+
+
+@dataclass(slots=True)
+class Progress:
+    """The live counters of a loader's epoch, moved by its ``Resumption`` only (``loaders/resumable.py``).
+
+    NOTE: slotted: ``steps`` and ``end`` change at every batch, and an attribute set on a ``DataLoader``
+    itself goes through its slow Python-level ``__setattr__``.
+    """
+
+    epoch: int = 0
+    """The epoch the next (or current) iteration covers."""
+    begun: Position | None = None
+    """The start of the epoch being iterated (``None``: between epochs)."""
+    steps: int = 0
+    """Steps taken in the epoch being iterated, those before its start included."""
+    end: bool = False
+    """Whether the batch just yielded is the last of the epoch."""
+
+    @property
+    def in_epoch(self) -> bool:
+        """Whether an epoch is being iterated."""
+        return self.begun is not None
+
+    def position(self) -> Position:
+        """Where the epoch being iterated stands now."""
+        assert self.begun is not None  # NOTE: asked only in an epoch (`in_epoch`)
+        return replace(self.begun, epoch=self.epoch, steps=self.steps)
 
 
 @dataclass(frozen=True)
@@ -66,11 +92,20 @@ class ShardingInfo:
     ``"native-stream"`` or ``"self-split-stream"`` (``None`` in a state saved by 0.1)."""
 
     @property
+    def streamed(self) -> bool:
+        """Whether it shards a stream (read from the name the state records, ``DataKind.state_name``)."""
+        return self.sampler in STREAM_KINDS
+
+    @property
+    def shares(self) -> bool:
+        """Whether each process reads a share of its own (natively sharded, or split by the dataset itself)."""
+        return self.sampler in NATIVE_STREAM_KINDS
+
+    @property
     def step_size(self) -> int:
         """Units of ``base`` consumed per step by all processes together (batches, or a stream's elements)."""
         batches = 1 if self.split_batches else self.num_processes
-        streamed = self.mode == "shard" and self.sampler in STREAM_KINDS
-        return batches * (self.batch_size or 1) if streamed else batches
+        return batches * (self.batch_size or 1) if self.mode == "shard" and self.streamed else batches
 
     @property
     def total_batch_size(self) -> int:

@@ -15,7 +15,6 @@ from typing import Any, get_args
 import torch
 
 from lightning_shard.loaders.position import Mode, Position, ShardingInfo
-from lightning_shard.sampling.native_stream import NATIVE_STREAM_KINDS, STRIDED_STREAM
 from lightning_shard.sampling.self_split import SelfSplit
 
 STATE_FORMAT = "lightning_shard.loader"
@@ -25,11 +24,11 @@ READABLE_VERSIONS = (1, 2)
 
 _POSITION_RENAMED = {"workers": "num_workers"}
 """``Position`` fields saved under another key."""
-_POSITION_LIVE = ("in_epoch", "end")
+_POSITION_UNSAVED = ("ended_at",)
+"""``Position`` fields the state holds otherwise: each process's stream end is in its ``streams``."""
 _WRITTEN_WHEN_SET = ("library",)
 """Keys written only when they hold something: only some streams have them, and every other state keeps the
 keys it had."""
-"""``Position`` fields of a live loader only, never saved."""
 _OPTIONAL = dict.fromkeys(("generator_state", "sampler_seed", "world_size", "sampler", "streams", "library"))
 _OPTIONAL.update(base_steps=0, num_workers=0)
 
@@ -114,7 +113,7 @@ _SHARDING_SAVED = tuple(field.name for field in fields(ShardingInfo))
 _POSITION_SAVED = {
     field.name: _POSITION_RENAMED.get(field.name, field.name)
     for field in fields(Position)
-    if field.name not in _POSITION_LIVE
+    if field.name not in _POSITION_UNSAVED
 }
 """Each saved ``Position`` field and its key."""
 _OWN_SAVED = tuple(field.name for field in fields(LoaderState) if field.name not in ("sharding", "position"))
@@ -135,17 +134,19 @@ def check_resumable(state: Any, here: ShardingInfo, library: SelfSplit | None = 
     saved = LoaderState.from_dict(state)  # NOTE: refuses another format or version, then each bad value.
     there, at = saved.sharding, saved.position
     mid_epoch, resharded = at.steps > 0, there.num_processes != here.num_processes
-    native = there.sampler in NATIVE_STREAM_KINDS or here.sampler in NATIVE_STREAM_KINDS
+    shares = there.shares or here.shares
     for name in ("mode", "dataset_length", "batch_size", "split_batches", "drop_last"):
         _refuse_other_setting(name, getattr(there, name), getattr(here, name))
-    if mid_epoch and not native and there.sampler is not None:
+    if mid_epoch and not shares and there.sampler is not None:
         _refuse_other_setting("sampler", there.sampler, here.sampler)
-    if mid_epoch and native and there.sampler != here.sampler:
-        raise ValueError(_OTHER_STREAM_SHARDING.format(saved=there.sampler, here=here.sampler))
     handed = library is not None and library.resumes_itself and saved.library is not None
-    if mid_epoch and native and resharded and not handed:
+    # NOTE: shares read on another number of processes first: one process reads a natively shardable
+    # stream strided, so the kinds differ too, but the number of processes is why.
+    if mid_epoch and there.shares and resharded and not handed:
         raise ValueError(_other_shares(there.num_processes, here.num_processes, library))
-    if resharded and there.sampler == STRIDED_STREAM and at.base and at.workers:
+    if mid_epoch and shares and there.sampler != here.sampler:
+        raise ValueError(_OTHER_STREAM_SHARDING.format(saved=there.sampler, here=here.sampler))
+    if resharded and there.streamed and not there.shares and at.base and at.workers:
         raise ValueError(_SECOND_REPLAY.format(epoch=at.epoch, workers=at.workers, n=there.num_processes))
     return saved
 

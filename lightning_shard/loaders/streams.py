@@ -20,7 +20,7 @@ the ``stream_ends`` policy:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias, get_args
 
@@ -28,16 +28,9 @@ import torch
 import torch.distributed as dist
 
 from lightning_shard.comm.collectives import communication_device, is_distributed
-from lightning_shard.loaders.position import ShardingInfo
+from lightning_shard.loaders.position import Position
 from lightning_shard.loaders.stream_agreement import END, Agreement, Share, all_ended
 from lightning_shard.log import warn
-from lightning_shard.sampling.iterable_shard import IterableDatasetShard
-from lightning_shard.sampling.native_stream import (
-    NATIVE_STREAM,
-    STRIDED_STREAM,
-    NativeStreamShard,
-    StreamKind,
-)
 
 StreamEnds: TypeAlias = Literal["pad", "shortest", "own", "same"]
 """What a loader over a stream does when its processes' streams may end at different steps (see above)."""
@@ -48,9 +41,8 @@ SAME: Final = "same"
 STREAMENDS: tuple[StreamEnds, ...] = get_args(StreamEnds)
 
 
-def stream_ends_for(kind: StreamKind, even_batches: bool, uneven: StreamEnds = SHORTEST) -> StreamEnds:
-    """The ``stream_ends`` policy of a stream of ``kind``, decided here only (``prepare.py`` asks once; a
-    ``DataLoaderShard`` built directly asks with ``even_batches=True``).
+def stream_ends_for(strided: bool, even_batches: bool, uneven: StreamEnds = SHORTEST) -> StreamEnds:
+    """The ``stream_ends`` policy of a stream, decided here only (``loaders/kinds.py`` asks once).
 
     With ``even_batches``: a strided stream ends at the same step on every process (``"same"``:
     ``IterableDatasetShard`` pads the last global batch) and a share of its own is padded (``"pad"``).
@@ -58,7 +50,7 @@ def stream_ends_for(kind: StreamKind, even_batches: bool, uneven: StreamEnds = S
     """
     if not even_batches:
         return uneven
-    return SAME if kind == STRIDED_STREAM else PAD
+    return SAME if strided else PAD
 
 
 _QUEUED = 16
@@ -135,8 +127,6 @@ class StreamRun:
         self._paddings: deque[int] = deque(maxlen=_QUEUED)
         self.report: StreamReport | None = None
         """The last finished epoch's report (``None`` under ``"same"``: nothing to report)."""
-        self._pending: list[int | None] | None = None
-        self._skip = 0
         self._last_vector: list[int] | None = None
 
     @property
@@ -158,34 +148,19 @@ class StreamRun:
         return self._paddings.popleft() if self._paddings else 0
 
     # -- position ---------------------------------------------------------------------------------
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Record the per-process ends of a saved state (``{"streams": [...]}``, as ``state_dict`` writes it;
-        one of another number of processes records none); the next ``begin`` applies them mid-epoch only.
+    def restored_ends(self, streams: list[dict[str, Any]] | None) -> tuple[int | None, ...] | None:
+        """The per-process ends a saved state's ``streams`` record (``None``: none, or another number of
+        processes'), which a restore carries (``Position.ended_at``)."""
+        ends = tuple(entry["ended_at"] for entry in streams or [])
+        return ends if len(ends) == self.num_processes and self.resumable else None
 
-        With ``state_dict()``, torchdata's ``Stateful`` protocol: a run's own state loads back unchanged."""
-        ends = [entry["ended_at"] for entry in state.get("streams") or []]
-        self._pending = ends if len(ends) == self.num_processes else None
-
-    def begin(self, start: int) -> None:
-        """Start an epoch at step ``start`` (a restore recorded by ``load_state_dict``, or a fresh epoch)."""
-        pending, self._pending = self._pending, None
-        self.ended_at = pending if pending is not None and start else [None] * self.num_processes
-        self._skip = start if self.resumable else 0
-
-    def state_dict(self, steps: int | None = None) -> dict[str, Any]:
-        """Every process's position, ``{"streams": [{"ended_at": step}, ...]}`` (``None`` for a stream the
-        loader does not resume itself).
-
-        Args:
-            steps: the steps consumed in the epoch, when the caller knows them (the loader does): at 0, an
-                epoch's start, no process has ended. ``None``: the ends as recorded (a pending restore's,
-                else the epoch's so far), which ``begin`` applies only to a start mid-epoch.
-        """
+    def saved_ends(self, ended_at: Sequence[int | None] | None, steps: int) -> list[dict[str, Any]] | None:
+        """Every process's position as a state records it, ``[{"ended_at": step}, ...]`` (``None`` for a stream
+        the loader does not resume itself); at 0 steps, an epoch's start, no process has ended."""
         if not self.resumable:
-            return {"streams": None}
-        ended = self._pending if self._pending is not None else self.ended_at
-        at_start = steps == 0
-        return {"streams": [{"ended_at": None if at_start else end} for end in ended]}
+            return None
+        ends = ended_at if ended_at is not None and steps else [None] * self.num_processes
+        return [{"ended_at": end} for end in ends]
 
     # -- one epoch --------------------------------------------------------------------------------
     def batches(
@@ -193,14 +168,18 @@ class StreamRun:
         first: Iterator[Any],
         restart: Callable[[], Iterator[Any]],
         rows: Callable[[Any], int],
-        epoch: int,
-        steps: int,
+        start: Position,
         move: Callable[[Any], Any] | None,
     ) -> Generator[tuple[Any, bool], None, None]:
-        """This process's batches of one epoch (``restart``: a pass from its start) with whether each is known
-        to be the last, ending on every process at the same step but under ``"own"``; ``steps``: the steps
-        taken before this run of the epoch; ``move`` is applied before the next fetch."""
-        share = Share(first, restart, self._skip, self.ended_at[self.process_index])
+        """This process's batches of the epoch ``start`` begins (``restart``: a pass from its start) with
+        whether each is known to be the last, ending on every process at the same step but under ``"own"``;
+        ``move`` is applied before the next fetch. A share of its own resumed mid-epoch continues where the
+        restore's ``ended_at`` says."""
+        resumed = start.ended_at is not None and start.start > 0
+        self.ended_at = list(start.ended_at) if resumed else [None] * self.num_processes  # type: ignore[arg-type]
+        skip = start.start if self.resumable else 0
+        epoch, steps = start.epoch or 0, start.steps
+        share = Share(first, restart, skip, self.ended_at[self.process_index])
         self._paddings.clear()
         same = self.stream_ends == SAME
         agreement = Agreement(self.num_processes, self.process_index, not same) if self._agrees() else None
@@ -322,43 +301,7 @@ ENDS_TEXT = {
 }
 
 
-def describe_stream(dataset: Any, stream: StreamRun | None) -> str | None:
-    """How a loader's stream (its ``dataset`` and ``stream``) is split and its uneven ends handled, for the
-    plan line (``None``: no stream)."""
-    if isinstance(dataset, NativeStreamShard):
-        how = (
-            f"native, each process reads only its share of {dataset.dataset.n_shards} shards"
-            if dataset.kind == NATIVE_STREAM
-            else "split by rank by the dataset itself (passed through)"
-        )
-    elif isinstance(dataset, IterableDatasetShard):
-        how = "strided, every process reads the whole stream"
-    else:
-        return None
-    ends = ENDS_TEXT.get(stream.stream_ends) if stream is not None else None
+def describe(how: str, stream: StreamRun) -> str:
+    """How a loader's stream is split (``how``) and its uneven ends handled, for the plan line."""
+    ends = ENDS_TEXT.get(stream.stream_ends)
     return f"{how}; {ends}" if ends else how
-
-
-def stream_sharding(
-    shard: IterableDatasetShard | NativeStreamShard, stream: StreamRun, drop_last: bool
-) -> ShardingInfo:
-    """The ``ShardingInfo`` of a loader over a stream: a strided one, or a native (or self-split) share."""
-    if isinstance(shard, IterableDatasetShard):
-        kind, drop_last, length = STRIDED_STREAM, shard.drop_last, getattr(shard.dataset, "__len__", None)
-    else:
-        # NOTE: a dataset that splits itself reports its own share's length (LitData), which differs by rank,
-        # and the state must be the same on every process.
-        kind, length = (
-            shard.kind,
-            getattr(shard.dataset, "__len__", None) if shard.kind == NATIVE_STREAM else None,
-        )
-    return ShardingInfo(
-        mode="shard",
-        num_processes=shard.num_processes,
-        split_batches=shard.split_batches,
-        even_batches=stream.even_batches,
-        drop_last=drop_last,
-        batch_size=shard.batch_size,
-        dataset_length=int(length()) if callable(length) else None,
-        sampler=kind,
-    )

@@ -14,7 +14,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 from lightning_shard import prepare_data_loader
-from lightning_shard.sampling.native_stream import choose_stream_sharding, self_split
+from lightning_shard.loaders.kinds import self_split
+from tests.helpers.kinds import stream_kind
 from tests.helpers.litdata_ids import IDS, require_litdata, session_ids
 
 litdata = require_litdata()
@@ -59,9 +60,9 @@ def test_litdata_datasets_are_recognised_and_passed_through(data: str) -> None:
     parallel = litdata.ParallelStreamingDataset([streaming, litdata.StreamingDataset(data)])
     for dataset in (streaming, combined, parallel):
         assert self_split(dataset).reason == f"is a LitData `{type(dataset).__name__}`"
-        assert choose_stream_sharding(dataset, "auto", 2).kind == "self-split-stream"
+        assert stream_kind(dataset, "auto", 2).state_name == "self-split-stream"
         with pytest.raises(ValueError, match=r"`iterable_sharding='stride'` on a dataset that is a LitData"):
-            choose_stream_sharding(dataset, "stride", 2)
+            stream_kind(dataset, "stride", 2)
 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["DataLoader", "StreamingDataLoader"])

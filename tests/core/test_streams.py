@@ -17,16 +17,13 @@ import pytest
 from torch.utils.data import DataLoader
 
 from lightning_shard import IterableDatasetShard, prepare_data_loader
+from lightning_shard.loaders.kinds import self_split
 from lightning_shard.loaders.shard import DataLoaderShard
 from lightning_shard.loaders.state import LoaderState
-from lightning_shard.sampling.native_stream import (
-    NativeStreamShard,
-    StreamShardingWarning,
-    choose_stream_sharding,
-    self_split,
-)
+from lightning_shard.sampling.native_stream import NativeStreamShard, StreamShardingWarning
 from tests.helpers.datasets import IdShardsStream, IdStream, RankSplitIdStream, id_shards
 from tests.helpers.hf import hf_id_stream
+from tests.helpers.kinds import stream_kind
 
 LENGTHS = [10, 3, 17, 1, 9]
 """Five shards of different lengths: on 2 processes, process 0 gets 30 ids and process 1 gets 10."""
@@ -38,25 +35,25 @@ def _ids(loader: Any) -> list[int]:
 
 def test_choice_of_sharding() -> None:
     shardable = IdShardsStream(id_shards(LENGTHS))
-    assert choose_stream_sharding(shardable, "auto", 2).kind == "native-stream"
-    assert choose_stream_sharding(shardable, "auto", 5).kind == "native-stream"
-    assert choose_stream_sharding(shardable, "stride", 2).kind == "iterable"
-    assert choose_stream_sharding(shardable, "auto", 1).kind == "iterable", "one process: nothing to split"
-    fewer = choose_stream_sharding(shardable, "auto", 6)
-    assert (fewer.kind, fewer.reason) == ("iterable", "it has 5 shards for 6 processes")
-    plain = choose_stream_sharding(IdStream(8), "auto", 2)
-    assert plain.kind == "iterable" and "does not implement `n_shards`" in plain.reason
-    assert choose_stream_sharding(hf_id_stream(LENGTHS), "auto", 2).kind == "native-stream"
-    assert choose_stream_sharding(hf_id_stream([40]), "auto", 2).kind == "iterable"
+    assert stream_kind(shardable, "auto", 2).state_name == "native-stream"
+    assert stream_kind(shardable, "auto", 5).state_name == "native-stream"
+    assert stream_kind(shardable, "stride", 2).state_name == "iterable"
+    assert stream_kind(shardable, "auto", 1).state_name == "iterable", "one process: nothing to split"
+    fewer = stream_kind(shardable, "auto", 6)
+    assert (fewer.state_name, fewer.reason) == ("iterable", "it has 5 shards for 6 processes")
+    plain = stream_kind(IdStream(8), "auto", 2)
+    assert plain.state_name == "iterable" and "does not implement `n_shards`" in plain.reason
+    assert stream_kind(hf_id_stream(LENGTHS), "auto", 2).state_name == "native-stream"
+    assert stream_kind(hf_id_stream([40]), "auto", 2).state_name == "iterable"
 
 
 def test_native_refused_where_it_cannot_apply() -> None:
     with pytest.raises(ValueError, match=r"it has 5 shards for 6 processes.*iterable_sharding='auto'"):
-        choose_stream_sharding(IdShardsStream(id_shards(LENGTHS)), "native", 6)
+        stream_kind(IdShardsStream(id_shards(LENGTHS)), "native", 6)
     with pytest.raises(TypeError, match=r"`iterable_sharding='native'`.*does not implement `n_shards`"):
-        choose_stream_sharding(IdStream(8), "native", 2)
+        stream_kind(IdStream(8), "native", 2)
     with pytest.raises(ValueError, match=r"`iterable_sharding='stride'`.*1/2 of its own 1/2"):
-        choose_stream_sharding(RankSplitIdStream(id_shards(LENGTHS)), "stride", 2)
+        stream_kind(RankSplitIdStream(id_shards(LENGTHS)), "stride", 2)
     with pytest.raises(ValueError, match=r"`iterable_sharding` must be one of"):
         prepare_data_loader(DataLoader(IdStream(8)), iterable_sharding="natively")
 
@@ -126,7 +123,7 @@ def test_datasets_that_split_themselves_are_recognised() -> None:
     assert "split_dataset_by_node" in self_split(split).reason
     assert self_split(hf_id_stream(LENGTHS)) is None
     # NOTE: LitData's classes, the real ones: `tests/core/test_litdata.py`.
-    assert choose_stream_sharding(split, "auto", 2).kind == "self-split-stream"
+    assert stream_kind(split, "auto", 2).state_name == "self-split-stream"
     expected = _ids(DataLoader(split, batch_size=4))
     loader = prepare_data_loader(DataLoader(split, batch_size=4), num_processes=2, process_index=0)
     assert _ids(loader) == expected == list(range(0, 40, 2)), "passed through, not split again"

@@ -19,7 +19,6 @@ import torch
 import torch.distributed as dist
 from accelerate.data_loader import IterableDatasetShard as ReferenceShard
 from torch.utils.data import DataLoader
-from torchdata.stateful_dataloader import Stateful
 
 from lightning_shard import WorkerCountWarning, prepare_data_loader
 from lightning_shard.loaders.streams import PAD, SAME, StreamRun
@@ -286,15 +285,13 @@ def test_a_native_stream_resumed_under_another_worker_count_finishes_the_epoch_e
     assert first["following"] != first["whole"], "the two worker counts read the share in different orders"
 
 
-def test_a_stream_run_is_stateful_as_torchdata_means_it() -> None:
-    run: Stateful = StreamRun(PAD, 2, 0, resumable=True)
-    assert isinstance(run, Stateful)
-    assert run.state_dict() == {"streams": [{"ended_at": None}, {"ended_at": None}]}
-    saved = {"streams": [{"ended_at": 3}, {"ended_at": None}]}
-    run.load_state_dict(saved)
-    assert run.state_dict() == saved, "a state loads back unchanged"
-    assert isinstance(run, StreamRun) and run.state_dict(5) == saved
-    assert run.state_dict(0) == {"streams": [{"ended_at": None}, {"ended_at": None}]}, (
-        "none ended at the start"
-    )
-    assert StreamRun(SAME, 2, 0, resumable=False).state_dict() == {"streams": None}
+def test_a_stream_runs_ends_go_through_the_restore_not_the_run() -> None:
+    """A state's per-process ends become a restore's (``Position.ended_at``), which the epoch's start hands
+    to the run: nothing of a restore is left on the run for a later call to find."""
+    run = StreamRun(PAD, 2, 0, resumable=True)
+    saved = [{"ended_at": 3}, {"ended_at": None}]
+    ends = run.restored_ends(saved)
+    assert ends == (3, None) and run.saved_ends(ends, 5) == saved, "a state's ends go back unchanged"
+    assert run.saved_ends(ends, 0) == [{"ended_at": None}, {"ended_at": None}], "none ended at the start"
+    assert run.restored_ends(saved[:1]) is None, "another number of processes' ends are no position here"
+    assert StreamRun(SAME, 2, 0, resumable=False).saved_ends((3, None), 5) is None

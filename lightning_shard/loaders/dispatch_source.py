@@ -1,0 +1,259 @@
+"""The source of a ``DataLoaderDispatcher``: process 0 reads the user's loader, cuts each global batch into a
+slice per process and sends the others theirs (docs/DESIGN.md, "Scatter dispatch")."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Generator, Iterator, Sized
+from typing import Any, cast
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+from lightning_shard.comm.collectives import communication_device
+from lightning_shard.comm.tree import batch_length, concatenate, same_layout, send_to_device, slice_batch
+from lightning_shard.comm.wire import Channel, Status
+from lightning_shard.loaders.position import Position, ShardingInfo
+from lightning_shard.loaders.source import Batches, BatchSource, marked_last
+from lightning_shard.loaders.state import decode_generator_state
+from lightning_shard.sampling.balance import chunk
+from lightning_shard.sampling.native_stream import STRIDED_STREAM
+from lightning_shard.sampling.own_sampler import generator_of, seeded_order
+
+
+class DispatchSource(BatchSource):
+    """Process 0's global batches, cut and sent; every other process receives its slices. A start skips
+    whole batches of the user's loader: by index for map-style data (none is loaded), read and dropped for
+    a stream. An incomplete last global batch is completed with the epoch's first rows."""
+
+    def __init__(self, loader: Any) -> None:
+        super().__init__(loader)
+        self.channels: dict[int, Channel] = {}
+
+    @property
+    def serves(self) -> bool:
+        """Whether this process loads: process 0, or global rank 0 under a mesh that shares indices."""
+        topology = self.loader.topology
+        return topology.process_index == 0 if topology.rank_indices is None else dist.get_rank() == 0
+
+    def batches(self, start: Position) -> Batches:
+        return self._serve(start) if self.serves else self._receive()
+
+    def _channel(self, peer: int) -> Channel:
+        if peer not in self.channels:
+            self.channels[peer] = Channel(peer, communication_device())
+        return self.channels[peer]
+
+    def _slice_of(self) -> tuple[int, list[tuple[int, int]]]:
+        """On the loading process: its own slice's index, and each other rank with its slice's index."""
+        indices, size = self.loader.topology.rank_indices, self.loader.num_processes
+        if indices is None:
+            return 0, [(peer, peer) for peer in range(1, size)]
+        return indices[0], [(peer, index) for peer, index in enumerate(indices) if peer != 0]
+
+    def _serve(self, start: Position) -> Generator[tuple[Any, bool], None, None]:
+        """Process 0: build global batches, send each peer its slice, yield our own."""
+        loader, last = self.loader, False
+        own, peers = self._slice_of()
+        try:
+            for batch, last in self._global_slices(start):
+                for peer, index in peers:
+                    self._channel(peer).send_batch(batch[index], last)
+                yield send_to_device(batch[own], loader.device, loader.non_blocking), last
+            if not last:
+                for peer, _ in peers:
+                    self._channel(peer).send_status(Status.STOP)
+        except Exception as error:
+            for peer, _ in peers:
+                self._channel(peer).send_status(Status.ERROR, f"{type(error).__name__}: {error}")
+            raise
+        finally:
+            # NOTE: sends are asynchronous; each must be delivered before its buffers go, also when the
+            # iteration is abandoned (Lightning stops after `len(loader)` batches) and this is closed.
+            for channel in self.channels.values():
+                channel.flush()
+
+    def _receive(self) -> Generator[tuple[Any, bool], None, None]:
+        """Other processes: receive slices from process 0 until it says the epoch is over."""
+        channel, loader = self._channel(0), self.loader
+        while True:
+            status, batch = channel.receive()
+            if status is Status.ERROR:
+                raise RuntimeError(f"Process 0 failed while loading the batch to dispatch: {batch}")
+            if status is Status.STOP:
+                return
+            yield send_to_device(batch, loader.device, loader.non_blocking), status is Status.LAST
+            if status is Status.LAST:
+                return
+
+    def _global_slices(self, start: Position) -> Iterator[tuple[list[Any], bool]]:
+        """Each global batch cut into ``N`` slices, and whether it is the epoch's last."""
+        skipped = start.start * self.sharding().step_size
+        head = _Head(self, start, start.base + skipped)
+        first: list[Any] | None = None
+        for current, last in marked_last(self._global_batches(start, skipped, head)):
+            first = first or current
+            yield self._cut(current, last, head, first), last
+
+    def _global_batches(self, start: Position, skipped: int, head: _Head) -> Iterator[list[Any]]:
+        """The batches of the user's loader that form each global batch (``N``, or 1 with ``split_batches``)."""
+        loader = self.loader
+        cursor = loader.cursor
+        group = 1 if loader.split_batches else loader.num_processes
+        if cursor is not None:
+            # NOTE: the steps already taken go in `start`, not `consumed`, so `len()` keeps counting the
+            # whole epoch (from `base`), as DataLoaderShard's does; Lightning adds its restored count to it.
+            head.read_by_index()
+            cursor.rewind(skipped, start.base)
+        source = loader.user_batches(start.workers)
+        if cursor is None:
+            head.keep(list(itertools.islice(source, start.base + skipped))[:group])
+        while True:
+            batches = list(itertools.islice(source, group))
+            if not batches or (len(batches) < group and user_drop_last(loader)):
+                return
+            yield batches
+
+    def _cut(self, batches: list[Any], last: bool, head: _Head, first: list[Any]) -> list[Any]:
+        """The ``N`` slices of a global batch: an incomplete last one is completed with the epoch's head; one
+        before it whose rows ``N`` does not divide (a bucketing sampler's short batch) is cut into parts
+        differing by at most one row, every row once."""
+        loader, n = self.loader, self.loader.num_processes
+        # NOTE: ``N`` batches of one layout are the slices of their concatenation: no need to join them.
+        if loader.slice_fn is slice_batch and len(batches) == n > 1 and same_layout(batches):
+            return batches
+        batch = _joined(batches)
+        rows = batch_length(batch)
+        if last and not user_drop_last(loader) and rows % n != 0:
+            batch, rows = self._padded(batch, head.rows(first)), (rows // n + 1) * n
+        elif 0 < rows < n:
+            raise ValueError(
+                f"`dispatch_batches=True`: a global batch before the epoch's last has {rows} rows, fewer than "
+                f"the {n} processes, so some would get none and the step could not be taken together. Have "
+                "the batch sampler yield batches of at least as many samples as processes, or use "
+                "`dispatch_batches=False`."
+            )
+        return [
+            loader.slice_fn(batch, slice(*chunk(rows, n, r)), process_index=r, num_processes=n)
+            for r in range(n)
+        ]
+
+    def _padded(self, batch: Any, head: Any) -> Any:
+        try:
+            return concatenate([batch, head])
+        except ValueError as error:
+            rows = batch_length(batch)
+            raise ValueError(
+                f"`dispatch_batches=True`: the epoch's last batch has {rows} rows, not a multiple of the "
+                f"number of processes ({self.loader.num_processes}), so it is completed with the epoch's first "
+                f"rows, but their tensors cannot be concatenated ({error.__cause__ or error}). Set "
+                "`drop_last=True` on the DataLoader, or collate every batch to the same trailing shapes."
+            ) from error
+
+    # -- the contract's other parts -----------------------------------------------------------------
+    def length_after(self, base: int) -> int:
+        loader, cursor = self.loader, self.loader.cursor
+        whole = cursor.length_after(base) if cursor is not None else max(DataLoader.__len__(loader) - base, 0)
+        if loader.split_batches:
+            return whole
+        return whole // loader.num_processes if user_drop_last(loader) else -(-whole // loader.num_processes)
+
+    def sharding(self) -> ShardingInfo:
+        loader, cursor, dataset = self.loader, self.loader.cursor, self.loader.dataset
+        sampler = self.sampler()
+        return ShardingInfo(
+            mode="dispatch",
+            num_processes=loader.num_processes,
+            split_batches=loader.split_batches,
+            even_batches=True,
+            drop_last=user_drop_last(loader),
+            batch_size=cursor.batch_size if cursor is not None else loader.batch_size,
+            dataset_length=len(dataset) if isinstance(dataset, Sized) else None,
+            sampler=STRIDED_STREAM
+            if loader.kind.stream
+            else "none"
+            if sampler is None
+            else type(sampler).__name__,
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        cursor, dataset = self.loader.cursor, cast(Any, self.loader.dataset)
+        if cursor is not None:
+            cursor.set_epoch(epoch)
+        elif callable(getattr(dataset, "set_epoch", None)):
+            dataset.set_epoch(epoch)
+
+    def generator(self) -> torch.Generator | None:
+        """The sampler's generator, or an iterable dataset's (the reference's convention)."""
+        cursor = self.loader.cursor
+        if cursor is not None:
+            return generator_of(getattr(cursor.batch_sampler, "batch_sampler", None))
+        generator = getattr(self.loader.dataset, "generator", None)
+        return generator if isinstance(generator, torch.Generator) else None
+
+    def sampler(self) -> Any:
+        return getattr(self.loader.cursor, "sampler", None)
+
+    def seeded(self) -> Any:
+        cursor = self.loader.cursor
+        return None if cursor is None else seeded_order(getattr(cursor.batch_sampler, "batch_sampler", None))
+
+
+class _Head:
+    """The epoch's first ``N`` rows, which complete an incomplete last global batch: the batches a resumed
+    epoch skipped (read again by index, map-style, or kept while a stream's are dropped), else the first
+    global batch of this run."""
+
+    def __init__(self, source: DispatchSource, start: Position, skipped: int) -> None:
+        self.source, self.start, self.skipped = source, start, skipped
+        self.batches: list[Any] = []
+
+    def keep(self, batches: list[Any]) -> None:
+        self.batches = batches
+
+    def read_by_index(self) -> None:
+        """The epoch's first batches holding ``N`` rows, fetched as the user's loader fetches them (map-style
+        data; only when the epoch was resumed after some): the sampler's generator set back to the epoch's
+        start meanwhile, the user's ``__iter__`` (a ``DataLoader`` subclass's) given them."""
+        source, loader = self.source, self.source.loader
+        if not self.skipped or loader.num_processes == 1 or user_drop_last(loader):
+            return
+        generator, at_start = source.generator(), self.start.generator_state
+        now = generator.get_state() if generator is not None else None
+        if generator is not None and at_start is not None:
+            generator.set_state(decode_generator_state(at_start))
+        cursor = loader.cursor
+        assert cursor is not None  # NOTE: asked for map-style data only
+        try:
+            cursor.rewind(0, 0)
+            batches, rows = [], 0
+            for batch in itertools.islice(loader.user_batches(), self.skipped):
+                batches.append(batch)
+                rows += batch_length(batch)
+                if rows >= loader.num_processes:
+                    break
+        finally:
+            if generator is not None and now is not None:
+                generator.set_state(now)
+        self.batches = batches
+
+    def rows(self, first: list[Any]) -> Any:
+        """The first ``N`` rows, from the skipped batches, then ``first`` (this run's first global batch)."""
+        loader, n = self.source.loader, self.source.loader.num_processes
+        batches = self.batches
+        if sum(batch_length(batch) for batch in batches) < n:
+            batches = [*batches, *first]
+        enough = loader.slice_fn is slice_batch and batch_length(batches[0]) >= n
+        return loader.slice_fn(
+            _joined(batches[:1] if enough else batches), slice(0, n), process_index=0, num_processes=n
+        )
+
+
+def user_drop_last(loader: Any) -> bool:
+    cursor = loader.cursor
+    return cursor.drop_last if cursor is not None else bool(loader.drop_last)
+
+
+def _joined(batches: list[Any]) -> Any:
+    return batches[0] if len(batches) == 1 else concatenate(batches)

@@ -1,0 +1,280 @@
+"""The one decision: what kind of data a loader holds (docs/DESIGN.md, "Kinds of data").
+
+``classify`` looks at the user's ``DataLoader`` once, when it is prepared, and returns a ``DataKind``: which
+source reads it (``loaders/sources/``), who splits the data, how a stream's processes end, what the state
+records, and why (the plan line and the fallback warning say it). It is the only code that inspects the
+types of datasets, samplers and libraries; everything after reads the ``DataKind``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
+
+from lightning_shard.loaders.base import ResumableLoader
+from lightning_shard.loaders.data_kind import DataKind, IndexShape
+from lightning_shard.loaders.streams import SHORTEST, StreamEnds, stream_ends_for
+from lightning_shard.log import warn
+from lightning_shard.sampling import litdata_stream, mosaic_stream, webdataset_stream
+from lightning_shard.sampling.batch_shard import BatchSamplerShard
+from lightning_shard.sampling.iterable_shard import IterableDatasetShard
+from lightning_shard.sampling.native_stream import (
+    NATIVE_STREAM,
+    SELF_SPLIT_STREAM,
+    STRIDED_STREAM,
+    IterableSharding,
+    NativeStreamShard,
+    ShardableStream,
+    StreamShardingWarning,
+)
+from lightning_shard.sampling.samplers import SampleShard
+from lightning_shard.sampling.self_split import Recogniser, SelfSplit, declared
+
+
+def classify(
+    dataloader: Any,
+    *,
+    num_processes: int,
+    process_index: int = 0,
+    dispatch: bool | None,
+    put_on_device: bool,
+    iterable_sharding: IterableSharding,
+    even_batches: bool,
+    uneven: StreamEnds = SHORTEST,
+) -> DataKind:
+    """The ``DataKind`` of the user's ``dataloader`` prepared for ``num_processes`` processes.
+
+    ``dispatch``: the option (``None``: dispatch an iterable dataset when ``put_on_device``); ``uneven``:
+    what a stream does with ``even_batches=False`` (``"shortest"``, or ``"own"`` for predict).
+
+    Raises:
+        TypeError / ValueError: on a loader that is not a ``DataLoader`` or is sharded already, and on a
+            stream that cannot be read as asked (``iterable_sharding``, dispatch of a stream that splits
+            itself, a native share its workers cannot split); each names the fix.
+    """
+    _check_unsharded(dataloader)
+    dataset, workers = dataloader.dataset, dataloader.num_workers
+    streamed = isinstance(dataset, IterableDataset)
+    if dispatch is None:
+        dispatch = put_on_device and streamed
+    if not streamed:
+        return DataKind("map", dispatch, _index_shape(dataloader))
+    if dispatch:
+        return _dispatched_stream(dataset, num_processes)
+    kind = _stream(dataset, iterable_sharding, num_processes, workers, process_index == 0)
+    ends = stream_ends_for(kind.state_name == STRIDED_STREAM, even_batches, uneven)
+    fingerprinted = kind.source == "strided" and num_processes > 1 and _not_declared_same(dataset)
+    return DataKind(**{**vars(kind), "stream_ends": ends, "fingerprinted": fingerprinted})
+
+
+def is_stream(dataloader: DataLoader) -> bool:
+    """Whether ``dataloader`` reads an iterable dataset (what a loader is prepared for decides the rest)."""
+    return isinstance(dataloader.dataset, IterableDataset)
+
+
+def classify_built(dataset: Any, kwargs: dict[str, Any]) -> DataKind:
+    """The ``DataKind`` of a ``DataLoaderShard`` built directly over ``dataset`` (the seed's constructor)."""
+    if isinstance(dataset, IterableDatasetShard):
+        ends = stream_ends_for(True, dataset.even_batches or dataset.num_processes == 1)
+        kind = DataKind("strided", state_name=STRIDED_STREAM, stream_ends=ends)
+        return DataKind(**{**vars(kind), "fingerprinted": dataset.fingerprinted})
+    if isinstance(dataset, NativeStreamShard):
+        return DataKind(
+            "shares",
+            state_name=dataset.kind,
+            library=dataset.library,
+            stream_ends=stream_ends_for(False, True),
+        )
+    if isinstance(dataset, IterableDataset):
+        return DataKind("plain")
+    sampler, unbatched = kwargs.get("sampler"), kwargs.get("batch_size", 1) is None
+    if kwargs.get("batch_sampler") is not None or not unbatched:
+        return DataKind("map", index_shape="batches")
+    if isinstance(sampler, SampleShard):
+        return DataKind("map", index_shape="samples")
+    return DataKind("map", index_shape="sampler" if isinstance(sampler, BatchSampler) else "none")
+
+
+def dispatched_kind(dataset: Any) -> DataKind:
+    """The ``DataKind`` of a ``DataLoaderDispatcher`` built directly over ``dataset``."""
+    return DataKind("strided" if isinstance(dataset, IterableDataset) else "map", True)
+
+
+# -- map-style ------------------------------------------------------------------------------------------
+def _index_shape(dataloader: DataLoader) -> IndexShape:
+    if isinstance(dataloader.sampler, BatchSampler):
+        return "sampler"
+    return "samples" if dataloader.batch_sampler is None else "batches"
+
+
+def user_batch_sampler(dataloader: DataLoader) -> Any:
+    """The user's batch sampler (also when it was passed as ``sampler`` with ``batch_size=None``)."""
+    if isinstance(dataloader.sampler, BatchSampler):
+        return dataloader.sampler
+    return dataloader.batch_sampler
+
+
+def _check_unsharded(dataloader: Any) -> None:
+    if not isinstance(dataloader, DataLoader):
+        raise TypeError(
+            f"`dataloader` must be a `torch.utils.data.DataLoader`, got {type(dataloader).__name__}. "
+            "Wrap your dataset first: `DataLoader(dataset, batch_size=...)`."
+        )
+    if isinstance(dataloader, ResumableLoader):
+        raise ValueError(
+            f"`dataloader` is already prepared ({type(dataloader).__name__}); preparing it again would "
+            "shard it twice. Pass the original `DataLoader`."
+        )
+    for part in (user_batch_sampler(dataloader), dataloader.dataset):
+        shards = (BatchSamplerShard, IterableDatasetShard, NativeStreamShard)
+        if isinstance(part, shards) and part.num_processes > 1:
+            raise ValueError(
+                f"`dataloader` is built on a {type(part).__name__} with `num_processes={part.num_processes}`, "
+                "which already shards it; preparing it would give each process a fraction of its share. "
+                "Pass a `DataLoader` over the plain dataset and batch sampler."
+            )
+    sampler = getattr(user_batch_sampler(dataloader), "sampler", None)
+    if isinstance(sampler, DistributedSampler) or hasattr(sampler, "num_replicas"):
+        raise ValueError(
+            f"`dataloader` already shards by rank: its sampler is a {type(sampler).__name__}. Sharding it "
+            "again would give each process a fraction of its share. Use a plain sampler (e.g. "
+            "`shuffle=True`), or, to keep sharding it yourself under Lightning, pass "
+            "`Trainer(use_distributed_sampler=False)`: the strategy then leaves every loader as it is."
+        )
+
+
+# -- streams --------------------------------------------------------------------------------------------
+def _stream(
+    dataset: Any, mode: IterableSharding, num_processes: int, num_workers: int, first: bool
+) -> DataKind:
+    """How a stream is split over ``num_processes`` processes (``mode``: ``iterable_sharding``); the first
+    process says why it strides one it could not split."""
+    splits = self_split(dataset)
+    if splits is not None:
+        if mode == "stride" and num_processes > 1:
+            raise ValueError(
+                f"`iterable_sharding='stride'` on a dataset that {splits.reason}: every process would keep "
+                f"1/{num_processes} of its own 1/{num_processes}. Use `iterable_sharding='auto'` (it is passed "
+                "through), or give the dataset unsplit."
+            )
+        return DataKind("shares", state_name=SELF_SPLIT_STREAM, reason=splits.reason, library=splits)
+    if num_processes == 1 or mode == "stride":
+        reason = "one process" if num_processes == 1 else "`iterable_sharding='stride'`"
+        return DataKind("strided", state_name=STRIDED_STREAM, reason=reason)
+    missing = _cannot_shard(dataset, num_processes)
+    if missing is None:
+        # NOTE: decided whatever the loader's workers: a resumed epoch may be read by the count it began with.
+        workers_shard = not is_hugging_face(dataset)
+        if workers_shard and num_workers > 1:
+            _check_workers_can_split(dataset, num_processes, num_workers)
+        reason = f"{dataset.n_shards} shards over {num_processes} processes"
+        return DataKind("shares", state_name=NATIVE_STREAM, reason=reason, workers_shard=workers_shard)
+    if mode == "native":
+        error = TypeError if "does not implement" in missing else ValueError
+        raise error(
+            f"`iterable_sharding='native'`, but the dataset ({type(dataset).__name__}) cannot be read natively: "
+            f"{missing}. Give it `n_shards` and `shard(num_shards, index)` with at least one shard per process "
+            "(see the README, \"Streaming data\"), or use `iterable_sharding='auto'` to fall back to striding."
+        )
+    if first:
+        _say_fallback(missing, num_processes)
+    return DataKind("strided", state_name=STRIDED_STREAM, reason=missing)
+
+
+def _dispatched_stream(dataset: Any, num_processes: int) -> DataKind:
+    """A stream process 0 reads whole: one that splits itself by rank gives it its own part only, so it is
+    refused (unless it can be told to read everything); a natively shardable one is split among its
+    workers with ``shard()``."""
+    splits = self_split(dataset)
+    if splits is not None and num_processes > 1 and not splits.dispatchable:
+        raise ValueError(
+            f"`dispatch_batches=True` over a dataset that {splits.reason}: process 0 loads for every process, but "
+            f"this dataset gives process 0 only its own 1/{num_processes}, so the other parts would never be "
+            "read. Use `dispatch_batches=False` (each process reads its own part, passed through), or give the "
+            "dataset unsplit."
+        )
+    # NOTE: whatever the loader's workers: a resumed epoch may be read by the count it began with.
+    workers_shard = splits is None and _cannot_shard(dataset, 1) is None and not is_hugging_face(dataset)
+    return DataKind("strided", True, library=splits, workers_shard=workers_shard)
+
+
+def _not_declared_same(dataset: Any) -> bool:
+    """Whether a strided stream is checked to be the same on every process: unless the dataset declares that
+    it is (``splits_by_rank = False``: its elements may be random, so that their contents differ)."""
+    return getattr(dataset, "splits_by_rank", None) is not False
+
+
+def _say_fallback(reason: str, num_processes: int) -> None:
+    """Tell the user once, on rank 0, why ``"auto"`` strides the stream (every process reads all of it)."""
+    # NOTE: the warnings module shows each distinct message once per process, so no registry of our own.
+    warn(
+        f"lightning_shard: every process reads the whole iterable dataset and keeps 1/{num_processes} of it, "
+        f"because {reason}. That needs the same stream on every process, which the processes check "
+        "at each epoch's first batch. To read each sample once in the job, give the dataset `n_shards` and "
+        '`shard(num_shards, index)` (README, "Streaming data"), or, if it splits itself by rank, declare '
+        "`splits_by_rank = True` on it; pass `iterable_sharding='stride'` to keep striding without this message.",
+        StreamShardingWarning,
+        stacklevel=6,
+    )
+
+
+def _cannot_shard(dataset: Any, num_processes: int) -> str | None:
+    """Why ``dataset`` cannot give each of ``num_processes`` processes a shard, or ``None`` if it can."""
+    if not isinstance(dataset, ShardableStream):
+        return "it does not implement `n_shards` and `shard(num_shards, index)`"
+    shards = dataset.n_shards
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < num_processes:
+        return f"it has {shards} shards for {num_processes} processes"
+    return None
+
+
+def _check_workers_can_split(dataset: Any, num_processes: int, num_workers: int) -> None:
+    share = dataset.shard(num_processes, 0)
+    if not isinstance(share, ShardableStream):
+        raise TypeError(
+            f"`{type(dataset).__name__}.shard(num_shards, index)` returned a {type(share).__name__}, which has no "
+            f"`n_shards` / `shard`, so the {num_workers} `DataLoader` workers of a process cannot split its share "
+            "(each would read all of it). Return a dataset that implements the protocol again, or use "
+            "`num_workers=0`."
+        )
+
+
+def is_hugging_face(dataset: Any) -> bool:
+    """Whether ``dataset`` is a Hugging Face ``datasets.IterableDataset`` (recognised without importing it)."""
+    return any(
+        cls.__name__ == "IterableDataset" and cls.__module__.startswith("datasets.")
+        for cls in type(dataset).__mro__
+    )
+
+
+def _hugging_face_split(dataset: Any) -> SelfSplit | None:
+    """A Hugging Face dataset passed through ``datasets.distributed.split_dataset_by_node``."""
+    # NOTE: `split_dataset_by_node` records the rank on the dataset; `datasets` offers no public getter.
+    if is_hugging_face(dataset) and getattr(dataset, "_distributed", None) is not None:
+        return SelfSplit(dataset, "was split by `datasets.distributed.split_dataset_by_node`")
+    return None
+
+
+SELF_SPLITTING: tuple[Recogniser, ...] = (
+    declared,
+    _hugging_face_split,
+    litdata_stream.recognise,
+    webdataset_stream.recognise,
+    mosaic_stream.recognise,
+)
+"""Who recognises a dataset that splits itself by rank, first match first (``self_split``)."""
+
+
+def self_split(dataset: Any) -> SelfSplit | None:
+    """How ``dataset`` already splits itself by rank (then it must not be sharded again), or ``None``.
+
+    Recognised: ``splits_by_rank = True`` on the dataset (declared), a Hugging Face dataset passed
+    through ``datasets.distributed.split_dataset_by_node``, LitData's streaming datasets, webdataset pipelines
+    split by ``split_by_node``, and mosaicml-streaming's ``StreamingDataset``.
+    """
+    for recognise in SELF_SPLITTING:
+        found = recognise(dataset)
+        if found is not None:
+            return found
+    return None

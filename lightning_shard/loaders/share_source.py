@@ -1,0 +1,73 @@
+"""The source of a stream each process reads its own share of: a natively sharded one (``shard(N, r)``) or
+one that splits itself by rank (docs/DESIGN.md, "Streaming data", "Streams that split themselves")."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from lightning_shard.loaders.position import Position, ShardingInfo
+from lightning_shard.loaders.source import Batches, ShardSource, moving, rows_of
+from lightning_shard.loaders.streams import StreamRun, describe
+from lightning_shard.sampling.native_stream import NATIVE_STREAM, NativeStreamShard
+
+
+class ShareSource(ShardSource):
+    """``shard``, this process's share: the processes agree on when their shares end (``StreamRun``); a
+    start mid-epoch reads again and drops the batches the process consumed of its share (continuing in its
+    padding where its share had ended), unless the library continues the position itself (its ``SelfSplit``
+    was handed the state: the start then skips nothing)."""
+
+    stream: StreamRun
+
+    def __init__(self, loader: Any, shard: NativeStreamShard, stream: StreamRun) -> None:
+        super().__init__(loader)
+        self.shard = shard
+        self.stream = stream
+        self.library = shard.library
+
+    def batches(self, start: Position) -> Batches:
+        loader = self.loader
+        rows = rows_of(loader)
+        read = functools.partial(self._read, start.workers)
+        return self.stream.batches(read(), read, rows, start, moving(loader))
+
+    def _read(self, workers: int | None) -> Iterator[Any]:
+        """A pass over the share (the library told first, in this process: ``SelfSplit.before_pass``)."""
+        self.shard.before_pass()
+        return self.loader.user_batches(workers)
+
+    def length_after(self, base: int) -> int:
+        # NOTE: the shares differ in length, so the loader has none (`NativeStreamShard` has no `__len__`).
+        return DataLoader.__len__(self.loader)
+
+    def sharding(self) -> ShardingInfo:
+        shard = self.shard
+        # NOTE: a dataset that splits itself reports its own share's length (LitData), which differs by rank,
+        # and the state must be the same on every process.
+        length = getattr(shard.dataset, "__len__", None) if shard.kind == NATIVE_STREAM else None
+        return ShardingInfo(
+            mode="shard",
+            num_processes=shard.num_processes,
+            split_batches=shard.split_batches,
+            even_batches=self.stream.even_batches,
+            drop_last=bool(self.loader.drop_last),
+            batch_size=shard.batch_size,
+            dataset_length=int(length()) if callable(length) else None,
+            sampler=shard.kind,
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        self.shard.set_epoch(epoch)
+
+    def describe(self) -> str:
+        shard = self.shard
+        how = (
+            f"native, each process reads only its share of {shard.dataset.n_shards} shards"
+            if shard.kind == NATIVE_STREAM
+            else "split by rank by the dataset itself (passed through)"
+        )
+        return describe(how, self.stream)

@@ -1,0 +1,104 @@
+"""The source of a strided stream: every process reads the whole stream and keeps its slice of each global
+batch (``IterableDatasetShard``; docs/DESIGN.md, "Streaming data", "Streams that split themselves")."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from lightning_shard.loaders.position import Position, ShardingInfo
+from lightning_shard.loaders.source import Batches, ShardSource, moving, rows_of
+from lightning_shard.loaders.stream_agreement import checked_first
+from lightning_shard.loaders.stream_replay import replayed_batches
+from lightning_shard.loaders.streams import SHORTEST, StreamRun, describe
+from lightning_shard.sampling.iterable_shard import IterableDatasetShard
+from lightning_shard.sampling.native_stream import STRIDED_STREAM
+
+
+class StridedSource(ShardSource):
+    """``shard`` read by the loader's ``DataLoader``; a start skips inside the shard (whole global batches
+    read and dropped) or, with workers, drops batches after the ``DataLoader`` interleaves them; the rest of
+    an epoch another number of processes began with workers is replayed in that epoch's order."""
+
+    stream: StreamRun
+
+    def __init__(self, loader: Any, shard: IterableDatasetShard, stream: StreamRun) -> None:
+        super().__init__(loader)
+        self.shard = shard
+        self.stream = stream
+
+    def batches(self, start: Position) -> Batches:
+        loader, shard = self.loader, self.shard
+        workers = loader.num_workers if start.workers is None else start.workers
+        discard = 0
+        if start.base and workers > 0:
+            # NOTE: another number of processes read part of this epoch with workers: replay the epoch's
+            # order (`loaders/stream_replay.py`); skipping inside each worker would skip the wrong elements.
+            loaded = replayed_batches(
+                shard,
+                consumed=start.base,
+                steps=start.base_steps,
+                workers=workers,
+                start=start.start,
+                loader=loader,
+            )
+        else:
+            # NOTE: each worker iterates its own copy of the stream and the DataLoader interleaves their
+            # batches, so with workers the batches to skip are dropped after interleaving: exact, at the cost
+            # of collating them.
+            discard = start.start if workers > 0 else 0
+            loaded = self._read(start, start.start - discard)
+        if shard.fingerprinted:
+            loaded = checked_first(
+                loaded, shard.dataset, shard.num_processes, shard.process_index,
+                compare=self.stream.spans_group, pin=loader.pin_memory, in_order=getattr(loader, "in_order", True),
+            )  # fmt: skip
+        rows = rows_of(loader)
+        batches = itertools.islice(loaded, discard, None) if discard else loaded
+        restart = functools.partial(loader.user_batches, start.workers)
+        return self.stream.batches(batches, restart, rows, start, moving(loader))
+
+    def _read(self, start: Position, skip_steps: int) -> Iterator[Any]:
+        """The user's batches from ``start``, the shard skipping ``skip_steps`` global batches after the
+        elements another sharding consumed: it takes the skip when the ``DataLoader``'s iterator, created
+        right after, iterates it (or pickles it for its workers)."""
+        self.shard.resume(skip_steps=skip_steps, skip_elements=start.base)
+        return self.loader.user_batches(start.workers)
+
+    def length_after(self, base: int) -> int:
+        # NOTE: all stop at the shortest: the last process has the fewest elements of the last global batch.
+        shard, batch_size = self.shard, self.loader.batch_size
+        shortest = self.stream.stream_ends == SHORTEST
+        elements = shard.length_after(base, shard.num_processes - 1 if shortest else None)
+        if batch_size is None:
+            return elements
+        rounded = math.floor if self.loader.drop_last else math.ceil
+        return int(rounded(elements / batch_size))
+
+    def sharding(self) -> ShardingInfo:
+        shard = self.shard
+        length = getattr(shard.dataset, "__len__", None)
+        return ShardingInfo(
+            mode="shard",
+            num_processes=shard.num_processes,
+            split_batches=shard.split_batches,
+            even_batches=self.stream.even_batches,
+            drop_last=shard.drop_last,
+            batch_size=shard.batch_size,
+            dataset_length=int(length()) if callable(length) else None,
+            sampler=STRIDED_STREAM,
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        self.shard.set_epoch(epoch)
+
+    def describe(self) -> str:
+        return describe("strided, every process reads the whole stream", self.stream)
+
+    def generator(self) -> torch.Generator | None:
+        return self.loader.synchronized_generator
