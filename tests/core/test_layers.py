@@ -162,3 +162,68 @@ def test_the_top_level_is_the_seed_the_entry_points_and_what_users_write() -> No
         assert name not in exported and not hasattr(lightning_shard, name), name
         assert hasattr(__import__(module, fromlist=[name]), name), (name, module)
     assert not hasattr(lightning_shard, "ShardingMixin")
+
+
+_KIND_TYPES = {"IterableDataset", "IterableDatasetShard", "NativeStreamShard", "ShardableStream"}
+_RECOGNISERS = {
+    "is_hugging_face",
+    "self_split",
+    "recognise",
+    "declared",
+    "classify",
+    "classify_built",
+    "is_stream",
+}
+_CLASSIFIER = {"loaders/kinds.py"}
+_LIBRARY_MODULES = {
+    "sampling/self_split.py", "sampling/litdata_stream.py", "sampling/webdataset_stream.py", "sampling/mosaic_stream.py"
+}  # fmt: skip
+
+
+def _inspections(tree: ast.AST) -> list[str]:
+    """What ``tree`` does that decides a kind of data: ``isinstance`` against a dataset's kind, a call of a
+    recogniser, a read of ``splits_by_rank``."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if name == "isinstance" and len(node.args) == 2:
+            types = {getattr(n, "id", getattr(n, "attr", "")) for n in ast.walk(node.args[1])}
+            found += [f"isinstance(..., {kind})" for kind in sorted(types & _KIND_TYPES)]
+        elif name in _RECOGNISERS:
+            found.append(f"{name}(...)")
+        elif name in ("getattr", "hasattr") and any(
+            isinstance(arg, ast.Constant) and arg.value == "splits_by_rank" for arg in node.args
+        ):
+            found.append("splits_by_rank")
+    return found
+
+
+def test_only_the_classifier_inspects_the_kind_of_data() -> None:
+    """docs/DESIGN.md, "Kinds of data": one function decides what kind of data a loader holds, and nothing
+    after inspects a dataset's or library's type to find it out again (the recognisers of the libraries are
+    called by the classifier only; ``prepare.py`` calls ``classify``, a directly built loader ``classify_built``)."""
+    callers = {
+        "prepare.py": {"classify(...)"},
+        "loaders/shard.py": {"classify_built(...)"},
+        "lightning/stages.py": {"is_stream(...)"},
+    }
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = path.relative_to(PACKAGE).as_posix()
+        if name in _CLASSIFIER | _LIBRARY_MODULES:
+            continue
+        inspections = set(_inspections(ast.parse(path.read_text()))) - callers.get(name, set())
+        if inspections:
+            found[name] = sorted(inspections)
+    assert found == {}, found
+
+
+def test_an_inspection_is_found() -> None:
+    code = "isinstance(d, (int, IterableDataset))\nself_split(d)\ngetattr(d, 'splits_by_rank', None)\n"
+    assert _inspections(ast.parse(code)) == [
+        "isinstance(..., IterableDataset)",
+        "self_split(...)",
+        "splits_by_rank",
+    ]
