@@ -279,6 +279,7 @@ def _build_dispatcher(
         non_blocking=options.non_blocking,
         use_stateful_dataloader=options.use_stateful_dataloader,
         kind=kind,
+        even_batches=options.even_batches is not False,
         **kwargs,
     )
 

@@ -108,6 +108,14 @@ def check_even_training(loader: DataLoader, options: ShardOptions, topology: Top
     """
     if options.even_batches or topology.num_processes == 1:
         return
+    if is_shard_loader(loader) and loader.kind.dispatch and loader.kind.stream and sized_len(loader) is None:
+        raise ValueError(
+            "`even_batches=False` with `dispatch_batches=True` over a stream without a length: the last global "
+            "batch leaves some processes no rows, so they would stop a step early while the others wait in "
+            "DDP's gradient all-reduce, forever, and the stream's length cannot tell beforehand. Use "
+            "`even_batches=True` (the default; the last step is padded with the epoch's first rows), "
+            "`DataLoader(drop_last=True)`, or `dispatch_batches=False`."
+        )
     everyone = all_gather_objects(sized_len(loader))
     # NOTE: one length per data-parallel index (under a mesh its other ranks hold the same batches).
     lengths = everyone if topology.rank_indices is None else [everyone[rank] for rank in topology.leaders]

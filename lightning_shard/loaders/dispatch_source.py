@@ -59,8 +59,12 @@ class DispatchSource(BatchSource):
         try:
             for batch, last in self._global_slices(start):
                 for peer, index in peers:
-                    self._channel(peer).send_batch(batch[index], last)
-                yield send_to_device(batch[own], loader.device, loader.non_blocking), last
+                    if batch[index] is None:  # NOTE: `even_batches=False`: no rows left for it
+                        self._channel(peer).send_status(Status.STOP)
+                    else:
+                        self._channel(peer).send_batch(batch[index], last)
+                if batch[own] is not None:
+                    yield send_to_device(batch[own], loader.device, loader.non_blocking), last
             if not last:
                 for peer, _ in peers:
                     self._channel(peer).send_status(Status.STOP)
@@ -125,6 +129,8 @@ class DispatchSource(BatchSource):
             return batches
         batch = _joined(batches)
         rows = batch_length(batch)
+        if last and not user_drop_last(loader) and rows % n != 0 and not loader.even_batches:
+            return self._real_rows(batches, batch)
         if last and not user_drop_last(loader) and rows % n != 0:
             batch, rows = self._padded(batch, head.rows(first)), (rows // n + 1) * n
         elif 0 < rows < n:
@@ -137,6 +143,21 @@ class DispatchSource(BatchSource):
         return [
             loader.slice_fn(batch, slice(*chunk(rows, n, r)), process_index=r, num_processes=n)
             for r in range(n)
+        ]
+
+    def _real_rows(self, batches: list[Any], batch: Any) -> list[Any]:
+        """The last global batch's real rows as the shards of map-style data share them (``even_batches=False``):
+        whole batches one a process, or the parts of a split one; ``None`` for a process left none."""
+        loader, n = self.loader, self.loader.num_processes
+        if loader.split_batches:
+            width = self._width()
+            bounds = [(r * width, min((r + 1) * width, batch_length(batch))) for r in range(n)]
+        else:
+            ends = list(itertools.accumulate(batch_length(part) for part in batches))
+            bounds = [(ends[r - 1] if r else 0, ends[r]) if r < len(ends) else (0, 0) for r in range(n)]
+        return [
+            loader.slice_fn(batch, slice(lo, hi), process_index=r, num_processes=n) if hi > lo else None
+            for r, (lo, hi) in enumerate(bounds)
         ]
 
     def _padded(self, batch: Any, head: Any) -> Any:
@@ -153,11 +174,31 @@ class DispatchSource(BatchSource):
 
     # -- the contract's other parts -----------------------------------------------------------------
     def length_after(self, base: int) -> int:
-        loader, cursor = self.loader, self.loader.cursor
+        loader, cursor, n = self.loader, self.loader.cursor, self.loader.num_processes
         whole = cursor.length_after(base) if cursor is not None else max(DataLoader.__len__(loader) - base, 0)
-        if loader.split_batches:
+        if loader.split_batches and (loader.even_batches or user_drop_last(loader)):
             return whole
-        return whole // loader.num_processes if user_drop_last(loader) else -(-whole // loader.num_processes)
+        if user_drop_last(loader):
+            return whole // n
+        if loader.even_batches:
+            return -(-whole // n)
+        # NOTE: `even_batches=False`: the last global batch's real rows only, as `_real_rows` shares them.
+        r = loader.topology.process_index
+        if not loader.split_batches:
+            return len(range(r, whole, n))
+        return whole - (0 < self._last_rows(base) <= r * self._width())
+
+    def _width(self) -> int:
+        """Rows of a process's part of a whole batch (``split_batches``)."""
+        n = self.loader.num_processes
+        return (self.sharding().batch_size or n) // n
+
+    def _last_rows(self, base: int) -> int:
+        """Rows of the epoch's last batch after ``base`` batches (0: unknown, or a whole batch)."""
+        info = self.sharding()
+        if info.dataset_length is None or not info.batch_size:
+            return 0
+        return max(info.dataset_length - base * info.batch_size, 0) % info.batch_size
 
     def sharding(self) -> ShardingInfo:
         loader, cursor, dataset = self.loader, self.loader.cursor, self.loader.dataset
@@ -166,7 +207,7 @@ class DispatchSource(BatchSource):
             mode="dispatch",
             num_processes=loader.num_processes,
             split_batches=loader.split_batches,
-            even_batches=True,
+            even_batches=loader.even_batches,
             drop_last=user_drop_last(loader),
             batch_size=cursor.batch_size if cursor is not None else loader.batch_size,
             dataset_length=len(dataset) if isinstance(dataset, Sized) else None,

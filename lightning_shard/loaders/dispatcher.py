@@ -49,6 +49,9 @@ class DataLoaderDispatcher(ResumableLoader):
             instead of ``num_processes`` / ``process_index``.
         kind: what kind of data it holds (``prepare_data_loader`` passes what it decided; ``None``: decided
             from ``dataset``).
+        even_batches: complete an incomplete last global batch with the epoch's first rows (the reference
+            does); ``False``: its real rows only, shared as map-style shards share them (a process may get a
+            short batch or none).
         **kwargs: any other ``DataLoader`` argument (a ``batch_sampler`` for map-style data).
 
     Raises:
@@ -69,6 +72,7 @@ class DataLoaderDispatcher(ResumableLoader):
         process_index: int | None = None,
         topology: Topology | None = None,
         kind: DataKind | None = None,
+        even_batches: bool = True,
         **kwargs: Any,
     ) -> None:
         skip_batches = check_non_negative("skip_batches", skip_batches)
@@ -84,6 +88,7 @@ class DataLoaderDispatcher(ResumableLoader):
         self.non_blocking = non_blocking
         self.use_stateful_dataloader = use_stateful_dataloader
         self.topology = topology
+        self.even_batches = even_batches
         self.source: DispatchSource = DispatchSource(self)
         self.resumption = Resumption(self.source, skip_batches=skip_batches)
 
@@ -122,6 +127,7 @@ class DataLoaderDispatcher(ResumableLoader):
             non_blocking=self.non_blocking,
             topology=self.topology,
             kind=self.kind,
+            even_batches=self.even_batches,
             **kwargs,
         )
         carry_user_attributes(twin, self, getattr(self, "user_attributes", ()))
