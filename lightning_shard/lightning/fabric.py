@@ -29,9 +29,9 @@ from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import StrategyRegistryType, register_names
 from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.random_state_files import KEY, name_checkpoint, read_own, write_own
-from lightning_shard.lightning.stages import is_shard_loader
+from lightning_shard.lightning.stages import is_shard_loader, uneven_steps
 from lightning_shard.lightning.torchrun import export_rank_variables
-from lightning_shard.log import info
+from lightning_shard.log import info, warn
 from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_with_options
 from lightning_shard.sampling.balance import EvenBatches
@@ -115,7 +115,15 @@ class ShardFabricStrategy(DDPStrategy):
         """``dataloader`` sharded with this strategy's options (one already sharded is kept)."""
         if not isinstance(dataloader, DataLoader) or is_shard_loader(dataloader):
             return dataloader
-        return prepare_with_options(dataloader, self.options, self.topology, device=self.root_device)
+        loader = prepare_with_options(dataloader, self.options, self.topology, device=self.root_device)
+        problem = uneven_steps(loader, self.options, self.topology)
+        if problem is not None:
+            # NOTE: Fabric cannot tell a training loader from an evaluation one, where this is what is wanted.
+            warn(
+                f"{problem} (A warning, not a refusal: Fabric does not say whether a loader trains, and an "
+                "evaluation loop reads it whole.)"
+            )
+        return loader
 
     @override
     def save_checkpoint(

@@ -106,10 +106,18 @@ def check_even_training(loader: DataLoader, options: ShardOptions, topology: Top
     Raises:
         ValueError: with ``even_batches=False`` when the processes' loader lengths differ.
     """
+    problem = uneven_steps(loader, options, topology)
+    if problem is not None:
+        raise ValueError(problem)
+
+
+def uneven_steps(loader: DataLoader, options: ShardOptions, topology: Topology) -> str | None:
+    """Why the processes would take different numbers of steps through ``loader``, or ``None``: a collective,
+    so every process calls it."""
     if options.even_batches or topology.num_processes == 1:
-        return
+        return None
     if is_shard_loader(loader) and loader.kind.dispatch and loader.kind.stream and sized_len(loader) is None:
-        raise ValueError(
+        return (
             "`even_batches=False` with `dispatch_batches=True` over a stream without a length: the last global "
             "batch leaves some processes no rows, so they would stop a step early while the others wait in "
             "DDP's gradient all-reduce, forever, and the stream's length cannot tell beforehand. Use "
@@ -119,14 +127,15 @@ def check_even_training(loader: DataLoader, options: ShardOptions, topology: Top
     everyone = all_gather_objects(sized_len(loader))
     # NOTE: one length per data-parallel index (under a mesh its other ranks hold the same batches).
     lengths = everyone if topology.rank_indices is None else [everyone[rank] for rank in topology.leaders]
-    if len(set(lengths)) > 1:
-        raise ValueError(
-            f"`even_batches=False` gives the training processes {lengths} batches per epoch; the processes "
-            "with fewer would stop while the others wait in DDP's gradient all-reduce, forever. Use "
-            "`even_batches=True` (the default; the last step is padded with samples from the start of "
-            'the epoch), `even_batches="balanced"` (map-style data: the last step split into real samples, '
-            "none repeated), or `DataLoader(drop_last=True)` to drop the incomplete last batch."
-        )
+    if len(set(lengths)) <= 1:
+        return None
+    return (
+        f"`even_batches=False` gives the training processes {lengths} batches per epoch; the processes "
+        "with fewer would stop while the others wait in DDP's gradient all-reduce, forever. Use "
+        "`even_batches=True` (the default; the last step is padded with samples from the start of "
+        'the epoch), `even_batches="balanced"` (map-style data: the last step split into real samples, '
+        "none repeated), or `DataLoader(drop_last=True)` to drop the incomplete last batch."
+    )
 
 
 def flatten_loaders(loaders: Any) -> list[Any]:

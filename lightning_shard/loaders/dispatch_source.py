@@ -18,6 +18,7 @@ from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.source import Batches, BatchSource, marked_last
 from lightning_shard.loaders.state import decode_generator_state
 from lightning_shard.sampling.balance import chunk
+from lightning_shard.sampling.batch_shard import plain_batches
 from lightning_shard.sampling.native_stream import STRIDED_STREAM
 from lightning_shard.sampling.own_sampler import generator_of, seeded_order
 
@@ -129,7 +130,7 @@ class DispatchSource(BatchSource):
             return batches
         batch = _joined(batches)
         rows = batch_length(batch)
-        if last and not user_drop_last(loader) and rows % n != 0 and not loader.even_batches:
+        if last and not user_drop_last(loader) and not loader.even_batches:
             return self._real_rows(batches, batch)
         if last and not user_drop_last(loader) and rows % n != 0:
             batch, rows = self._padded(batch, head.rows(first)), (rows // n + 1) * n
@@ -148,10 +149,14 @@ class DispatchSource(BatchSource):
     def _real_rows(self, batches: list[Any], batch: Any) -> list[Any]:
         """The last global batch's real rows as the shards of map-style data share them (``even_batches=False``):
         whole batches one a process, or the parts of a split one; ``None`` for a process left none."""
-        loader, n = self.loader, self.loader.num_processes
-        if loader.split_batches:
+        loader, n, rows = self.loader, self.loader.num_processes, batch_length(batch)
+        if loader.split_batches and not self._plain():
+            bounds = [
+                chunk(rows, n, r) for r in range(n)
+            ]  # NOTE: a bucketing sampler's: as its shards cut it
+        elif loader.split_batches:
             width = self._width()
-            bounds = [(r * width, min((r + 1) * width, batch_length(batch))) for r in range(n)]
+            bounds = [(r * width, min((r + 1) * width, rows)) for r in range(n)]
         else:
             ends = list(itertools.accumulate(batch_length(part) for part in batches))
             bounds = [(ends[r - 1] if r else 0, ends[r]) if r < len(ends) else (0, 0) for r in range(n)]
@@ -193,9 +198,17 @@ class DispatchSource(BatchSource):
         n = self.loader.num_processes
         return (self.sharding().batch_size or n) // n
 
+    def _plain(self) -> bool:
+        """Whether only the epoch's last batch may be short (a stream's, or a ``BatchSampler``'s batching)."""
+        cursor = self.loader.cursor  # NOTE: its batch sampler is a one-process `BatchSamplerShard`
+        return cursor is None or plain_batches(cursor.batch_sampler.batch_sampler)
+
     def _last_rows(self, base: int) -> int:
-        """Rows of the epoch's last batch after ``base`` batches (0: unknown, or a whole batch)."""
-        info = self.sharding()
+        """Rows of the epoch's last batch after ``base`` batches (0: a whole batch, or not known: a bucketing
+        sampler's last batch is cut among every process, as its shards cut it)."""
+        cursor, info = self.loader.cursor, self.sharding()
+        if cursor is not None:
+            return int(cursor.batch_sampler.short_last_batch(base))
         if info.dataset_length is None or not info.batch_size:
             return 0
         return max(info.dataset_length - base * info.batch_size, 0) % info.batch_size

@@ -136,13 +136,16 @@ class BatchSamplerShard(BatchSampler):
 
     def _misses_short_slice(self, consumed: int) -> bool:
         """Whether, splitting without padding, this process gets no slice of the short last batch."""
+        short = 0 if self.even_batches else self.short_last_batch(consumed)
+        return 0 < short <= ((self.batch_size or 0) // self.num_processes) * self.process_index
+
+    def short_last_batch(self, consumed: int) -> int:
+        """Samples in the wrapped sampler's short last batch once ``consumed`` batches are gone: 0 when it is
+        full or dropped, or when its size does not follow from the sampler's length (a bucketing sampler's)."""
         sampler, size = self.sampler, self.batch_size
-        if self.even_batches or self.drop_last or size is None or not isinstance(sampler, Sized):
-            return False
-        if not self._plain():
-            return False
-        short = max(len(sampler) - consumed * size, 0) % size
-        return 0 < short <= (size // self.num_processes) * self.process_index
+        if self.drop_last or size is None or not isinstance(sampler, Sized) or not self._plain():
+            return 0
+        return max(len(sampler) - consumed * size, 0) % size
 
     def __iter__(self) -> Iterator[list[int]]:
         return self.iter_from(0)
@@ -202,10 +205,7 @@ class BatchSamplerShard(BatchSampler):
         return self.batch_size is None or len(batch) == self.batch_size
 
     def _plain(self) -> bool:
-        """Whether the wrapped batch sampler batches its sampler as ``BatchSampler`` does: only the epoch's
-        last batch may be short, so its length follows from the sampler's."""
-        cls = type(unwrapped(self.batch_sampler))
-        return cls.__iter__ is BatchSampler.__iter__ and cls.__len__ is BatchSampler.__len__
+        return plain_batches(self.batch_sampler)
 
     def _iter_split(self, batches: Iterable[Any]) -> Iterator[list[int]]:
         """Slice ``r`` of every batch; a short batch (a bucketing sampler's) is held until the next one
@@ -316,3 +316,10 @@ def _repeat_to(items: list[Any], minimum: int) -> list[Any]:
     while len(pool) < minimum:
         pool += pool
     return pool
+
+
+def plain_batches(batch_sampler: Any) -> bool:
+    """Whether ``batch_sampler`` batches its sampler as ``BatchSampler`` does: only the epoch's last batch may
+    be short, so its length follows from the sampler's (a bucketing sampler's short batches do not)."""
+    cls = type(unwrapped(batch_sampler))
+    return cls.__iter__ is BatchSampler.__iter__ and cls.__len__ is BatchSampler.__len__

@@ -58,3 +58,10 @@ def test_fabric_run_shards_and_resumes_exactly(tmp_path: Path) -> None:
         assert resume[rank]["weights"] == pytest.approx(full[rank]["weights"], rel=1e-12, abs=1e-12)
     plain = [[i for _, step in rank["steps"] for i in step] for rank in _records(tmp_path, "plain")]
     assert plain == [[0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21], [2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 0, 1]]
+
+    uneven = _records(tmp_path, "uneven")
+    assert sorted(i for rank in uneven for batch in rank["ids"] for i in batch) == list(range(22))
+    assert [len(rank["ids"]) for rank in uneven] == [6, 5], "even_batches=False: no padding"
+    assert any("gives the training processes [6, 5] batches" in text for text in uneven[0]["warnings"])
+    assert any("A warning, not a refusal" in text for text in uneven[0]["warnings"])
+    assert uneven[1]["warnings"] == [], "rank zero warns"

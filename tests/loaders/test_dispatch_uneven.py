@@ -35,7 +35,12 @@ CASES: dict[str, Any] = {
     "map": lambda: DataLoader(IdMap(23), batch_size=3, shuffle=True),
     "map_split": lambda: DataLoader(IdMap(23), batch_size=4, shuffle=True),
     "map_even_rounds": lambda: DataLoader(IdMap(24), batch_size=3, shuffle=True),
+    # NOTE: a last global batch whose rows the processes divide: 20 ids in 7 batches of 3, the last of 2
+    # ids alone; 22 ids split 4 at a time, the last of 2. Each goes to the processes it would as shards.
+    "map_last_alone": lambda: DataLoader(IdMap(20), batch_size=3, shuffle=True),
+    "map_split_divisible": lambda: DataLoader(IdMap(22), batch_size=4, shuffle=True),
 }
+SPLIT = ("map_split", "map_split_divisible")
 
 
 def _ids(batch: Any) -> list[int]:
@@ -44,7 +49,7 @@ def _ids(batch: Any) -> list[int]:
 
 def _read(name: str) -> dict[str, Any]:
     """One epoch's ids (evaluation: no collective per step), the state after it, and the training check."""
-    options = {**DISPATCH, "split_batches": name == "map_split"}
+    options = {**DISPATCH, "split_batches": name in SPLIT}
     loader = prepare_data_loader(CASES[name](), **options)
     length = len(loader) if name != "stream_workers" else None
     batches = [_ids(batch) for batch in loader]
@@ -90,7 +95,15 @@ def results() -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize(
-    "name, total", [("stream_workers", 33), ("map", 23), ("map_split", 23), ("map_even_rounds", 24)]
+    "name, total",
+    [
+        ("stream_workers", 33),
+        ("map", 23),
+        ("map_split", 23),
+        ("map_even_rounds", 24),
+        ("map_last_alone", 20),
+        ("map_split_divisible", 22),
+    ],
 )
 def test_evaluation_reads_every_id_once(results: list[dict[str, Any]], name: str, total: int) -> None:
     ids = [i for rank in results[0][name]["all"] for batch in rank for i in batch]
@@ -107,9 +120,15 @@ def test_a_process_left_no_rows_takes_no_last_step(results: list[dict[str, Any]]
     # NOTE: split: the last batch (23 = 5 x 4 + 3) is 3 rows: process 0 gets 2, process 1 gets 1.
     assert [result["map_split"]["own"][-1] for result in results][0].__len__() == 2
     assert [len(result["map_split"]["own"]) for result in results] == [6, 6]
+    # NOTE: the same when the processes divide the last global batch's rows: its one batch to process 0.
+    assert [len(result["map_last_alone"]["own"]) for result in results] == [4, 3]
+    assert len(results[0]["map_last_alone"]["own"][-1]) == 2
+    # NOTE: 22 = 5 x 4 + 2: the last batch's 2 rows are process 0's part, none is left for process 1.
+    assert [len(result["map_split_divisible"]["own"]) for result in results] == [6, 5]
+    assert len(results[0]["map_split_divisible"]["own"][-1]) == 2
 
 
-@pytest.mark.parametrize("name", ["map", "map_split", "map_even_rounds"])
+@pytest.mark.parametrize("name", [name for name in CASES if name != "stream_workers"])
 def test_len_is_what_each_process_yields(results: list[dict[str, Any]], name: str) -> None:
     for result in results:
         assert result[name]["len"] == len(result[name]["own"])

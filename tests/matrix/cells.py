@@ -216,6 +216,16 @@ def invalid(cell: Cell) -> str | None:
         return "kept small: ModelParallel launches cost a start-up each"
     if cell.interrupt == "validation" and cell.feature == "early_exit":
         return "no validation follows an epoch left by `on_train_batch_start` returning -1"
+    if (
+        cell.strategy == "fabric"
+        and not cell.even
+        and (cell.restart != "same" or (cell.loader in MAP_STYLE and _uneven(cell, cell.devices)))
+    ):
+        return (
+            "a Fabric loop stepping unevenly under `even_batches=False` (warned about at set-up, not refused: "
+            "Fabric does not say which loader trains; the rest of an epoch resumed on another count can split "
+            "unevenly)"
+        )
     if cell.sampler != "default" and cell.loader not in SAMPLER_LOADERS:
         return (
             "a sampler of the user's own goes in a map-style loader with a batch size (with it, `sequential` "
@@ -241,17 +251,12 @@ def refusal(cell: Cell) -> str | None:
         and max(cell.devices, cell.restart_devices) > 1
     ):
         return f"`dispatch_batches=True` over a dataset that {SPLITS_ITSELF[cell.loader]}"
+    if not cell.even and cell.mode == "dispatch" and cell.loader in UNSIZED and cell.strategy != "fabric":
+        return "`even_batches=False` with `dispatch_batches=True` over a stream without a length"
     if not cell.even and cell.loader in MAP_STYLE and _uneven(cell, cell.devices):
         return "`even_batches=False`"
     if cell.feature == "val_float" and cell.loader in UNSIZED:
         return "`Trainer(val_check_interval)` must be time based"  # Lightning's own refusal
-    if (
-        cell.loader in SHARED_STREAMS
-        and cell.mode != "dispatch"
-        and cell.restart != "same"
-        and not checkpoint_at_epoch_end(cell)
-    ):
-        return "each reading its own share of the stream"
     if not cell.even and cell.loader in MAP_STYLE and _uneven(cell, cell.restart_devices):
         return "`even_batches=False`"
     return None
@@ -259,16 +264,20 @@ def refusal(cell: Cell) -> str | None:
 
 def refusal_at_restart(cell: Cell, done: int) -> str | None:
     """The message the restart must be refused with at set-up when each process had consumed ``done``
-    batches of the resumed epoch at the checkpoint, or ``None``.
+    batches of the resumed epoch at the checkpoint (0: there was none), or ``None``.
 
-    ``even_batches=False``: the library checks the processes' lengths again once the checkpoint's state is
-    loaded, and the rest of an epoch can split unevenly among another number of processes even when the
-    whole epoch does not (12 batches, 2 steps on 2 processes: 8 left, 3 / 3 / 2 on 3). Only what the
-    library checks: shard mode under a Trainer (``dispatch`` and ``split`` give every process a part of
-    every batch; a Fabric loop is not checked). A checkpoint on the last step of Lightning's epoch resumes
-    the next epoch whole (``refusal``).
+    A stream's shares saved mid-epoch do not carry to another number of processes. ``even_batches=False``:
+    the library checks the processes' lengths again once the checkpoint's state is loaded, and the rest of
+    an epoch can split unevenly among another number of processes even when the whole epoch does not (12
+    batches, 2 steps on 2 processes: 8 left, 3 / 3 / 2 on 3). Only what the library checks: whole batches
+    under a Trainer (``split`` gives every process a part of every batch; a Fabric loop is not checked). A
+    checkpoint on the last step of Lightning's epoch resumes the next epoch whole (``refusal``).
     """
-    if cell.even or cell.restart == "same" or cell.loader not in MAP_STYLE or cell.mode != "shard":
+    if cell.restart == "same" or done == 0:
+        return None
+    if cell.loader in SHARED_STREAMS and cell.mode != "dispatch" and not checkpoint_at_epoch_end(cell):
+        return "each reading its own share of the stream"
+    if cell.even or cell.loader not in MAP_STYLE or cell.mode == "split":
         return None
     if cell.strategy == "fabric" or cell.feature == "combined":
         return None
@@ -341,13 +350,15 @@ def split_short(cell: Cell, devices: int) -> bool:
 
 
 def _uneven(cell: Cell, devices: int) -> bool:
-    """Whether the training batches of an epoch do not divide among ``devices`` processes (``split``:
-    every process takes a part of every batch, of a short one too; ``dispatch``: process 0 sends every
-    process a part of every global batch, the last one padded, whatever ``even_batches`` says)."""
-    if cell.mode == "dispatch":
-        return False
-    batches = len(epoch_batch_sizes(cell))
-    return batches % (1 if cell.mode == "split" else devices) != 0
+    """Whether the training batches of an epoch do not divide among ``devices`` processes under
+    ``even_batches=False`` (whole batches, one a process; ``split``: a part of every batch, and of a short
+    last one as ``BatchSampler``'s batching cuts it, ``width`` rows a process, so the last processes may get
+    none; a bucketing sampler's last batch is cut among every process)."""
+    sizes = epoch_batch_sizes(cell)
+    if cell.mode != "split":
+        return len(sizes) % devices != 0
+    width = loader_batch(cell) // devices
+    return cell.sampler != "bucketing" and 0 < sizes[-1] <= width * (devices - 1)
 
 
 def checkpoint_at_epoch_end(cell: Cell) -> bool:

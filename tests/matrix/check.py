@@ -83,7 +83,10 @@ def universe(cell: Cell) -> set[int]:
 
 def allowance(cell: Cell, devices: int) -> int:
     """How many samples the end-of-epoch padding may repeat: less than one global batch, for a stream
-    read by ``DataLoader`` workers less than one per worker (each worker's part ends in its own batch)."""
+    read by ``DataLoader`` workers less than one per worker (each worker's part ends in its own batch);
+    none with ``even_batches=False``, whatever the mode."""
+    if not cell.even:
+        return 0
     if cell.sampler == "max_tokens" and cell.mode == "shard":
         # NOTE: the last round is completed with whole batches of the epoch's head: fewer than N, each of
         # at most `MAX_TOKENS // 2` ids (the shortest token length is 2).

@@ -73,8 +73,15 @@ def test_rules() -> None:
     assert invalid(Cell(strategy="fabric", feature="accumulate")) == "a Trainer feature in a Fabric loop"
     assert invalid(Cell(devices=3, restart="more")) is not None, "4 processes: not on 2 cores"
     native = Cell(loader="native", restart="more")
-    assert refusal(native) == "each reading its own share of the stream", "a mid-epoch state of shares"
-    assert refusal(replace(native, interrupt="epoch_end")) is None, "a state between epochs loads anywhere"
+    shares = "each reading its own share of the stream"
+    assert refusal(native) is None and refusal_at_restart(native, 2) == shares, "a mid-epoch state of shares"
+    assert refusal_at_restart(native, 0) is None, "no checkpoint (killed before the first): a fresh start"
+    assert refusal_at_restart(replace(native, interrupt="epoch_end"), 2) is None, "a state between epochs"
+    assert invalid(Cell(strategy="fabric", even=False, restart="fewer", devices=3)) is not None, "warned"
+    assert invalid(Cell(strategy="fabric", even=False, loader="worker_split", mode="dispatch")) is None
+    assert refusal(Cell(loader="worker_split", mode="dispatch", even=False)) == (
+        "`even_batches=False` with `dispatch_batches=True` over a stream without a length"
+    )
     assert (
         refusal(Cell(loader="hf", feature="val_float")) == "`Trainer(val_check_interval)` must be time based"
     )
@@ -101,7 +108,9 @@ def test_rules_of_the_sampler_axis() -> None:
     assert refusal(Cell(sampler="bucketing", even=False, restart="more")) == "`even_batches=False`"
     assert refusal(Cell(sampler="bucketing", even=False, devices=3, mode="split")) is None
     assert refusal(Cell(sampler="max_tokens", even=False)) == "`even_batches=False`", "13 batches"
-    assert refusal(Cell(sampler="max_tokens", even=False, mode="dispatch")) is None, "every process a part"
+    assert refusal(Cell(sampler="max_tokens", even=False, mode="dispatch")) == "`even_batches=False`"
+    assert refusal(Cell(even=False, mode="dispatch")) is None, "12 batches, whole or split, on 2 and 3"
+    assert refusal(Cell(even=False, mode="split", devices=3)) is None
 
 
 def test_the_rest_of_an_uneven_epoch_resumed_on_another_count_is_refused_at_the_restart() -> None:
@@ -115,7 +124,8 @@ def test_the_rest_of_an_uneven_epoch_resumed_on_another_count_is_refused_at_the_
     refused = [done for done in range(5) if refusal_at_restart(fewer, done)]
     assert refused == [1, 3], "of 4 steps on 3 processes: 9 or 3 left for 2"
     assert refusal_at_restart(replace(more, feature="limit"), 4) is None, "Lightning's epoch ended"
-    for other in (replace(more, mode="dispatch"), replace(more, strategy="fabric"), replace(more, even=True)):
+    assert refusal_at_restart(replace(more, mode="dispatch"), 2) == "`even_batches=False`", "whole batches"
+    for other in (replace(more, mode="split"), replace(more, strategy="fabric"), replace(more, even=True)):
         assert refusal_at_restart(other, 2) is None, other.id
 
 

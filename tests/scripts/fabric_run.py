@@ -7,13 +7,16 @@ Fabric starts the second process by running this script again. In the same proce
 2 epochs; ``stop`` trains the first ``STOP_AT`` steps and saves model, optimizer and loader with
 ``fabric.save``; ``resume`` loads them with ``fabric.load`` into fresh objects and trains to the end of
 epoch 2; ``plain`` runs one epoch of a loader set up with ``use_distributed_sampler=False``. Each
-process writes the ids of every step and its final weights.
+process writes the ids of every step and its final weights. ``uneven`` sets up a loader under
+``even_batches=False`` whose processes get different numbers of batches, and reads it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +87,17 @@ def main(out: Path) -> None:
 
     plain = fabric.setup_dataloaders(loader(LENGTH, BATCH), use_distributed_sampler=False)
     write(fabric, out, "plain", [[0, batch["id"].tolist()] for batch in plain], model)
+
+    # NOTE: as a strategy built with `even_batches=False` (exact evaluation): 11 batches, 6 and 5 per process.
+    fabric.strategy.options = dataclasses.replace(fabric.strategy.options, even_batches=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        uneven = fabric.setup_dataloaders(loader(LENGTH, BATCH))
+    record = {
+        "warnings": [str(warning.message) for warning in caught],
+        "ids": [b["id"].tolist() for b in uneven],
+    }
+    (out / f"uneven_rank{fabric.global_rank}.json").write_text(json.dumps(record))
     # NOTE: every rank ends here before any exits: rank 0 (the launcher's process) leaving while rank 1 is
     # still connected aborts now and then in torch's teardown of the gloo group ("terminate called without
     # an active exception", exit 134; about 1 run in 8 of this script, none with this barrier).
