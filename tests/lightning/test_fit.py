@@ -111,6 +111,14 @@ def test_uneven_training_is_refused(modes: tuple[Path, str]) -> None:
     assert '`even_batches="balanced"`' in message
 
 
+def test_dispatch_without_padding_trains_every_sample_once(modes: tuple[Path, str]) -> None:
+    records = read_records(modes[0] / "dispatch_uneven", "fit", 2)
+    assert [len(record["train"]) for record in records] == [6, 6], "12 batches: 6 steps each"
+    ids = _epoch_ids(records, 0)
+    assert sorted(ids) == list(range(46)), "every sample once: the last global batch is not padded"
+    assert [len(record["train"][-1][2]) for record in records] == [4, 2]
+
+
 def test_dispatch_iterable_dataset(modes: tuple[Path, str]) -> None:
     out, output = modes
     records = read_records(out / "dispatch", "fit", 2)
@@ -122,7 +130,8 @@ def test_dispatch_iterable_dataset(modes: tuple[Path, str]) -> None:
     # 45 samples: the last global batch has 5 rows, completed to 6 with the first sample of the epoch.
     assert steps[-1][0][2] + steps[-1][1][2] == [40, 41, 42, 43, 44, 0]
     assert "(dispatch)" in output and "1 samples padded" in output
-    (dispatch_plan,) = [line for line in output.splitlines() if "plan: 2 processes (dispatch)" in line]
+    # NOTE: the first of the scenario's two dispatch fits (the second is `dispatch_uneven`'s).
+    dispatch_plan = [line for line in output.splitlines() if "plan: 2 processes (dispatch)" in line][0]
     assert "scheduler" not in dispatch_plan, "an interval='epoch' scheduler is not scaled: nothing to say"
     # StepLR(gamma=0.5) with interval="epoch" steps once after each epoch's last batch, unscaled.
     assert [lr for _, lr in records[0]["lr"]] == pytest.approx([0.1] * 5 + [0.05] * 6 + [0.025])

@@ -34,9 +34,11 @@ def basic(out: Path) -> None:
 
 
 def modes(out: Path) -> None:
-    """The other modes, one fit each: ``split_batches``, ``dispatch_batches``, refused ``even_batches=False``."""
+    """The other modes, one fit each: ``split_batches``, ``dispatch_batches`` (with ``even_batches=False``
+    too), refused ``even_batches=False``."""
     _split(out / "split")
     _dispatch(out / "dispatch")
+    _dispatch_uneven(out / "dispatch_uneven")
     _uneven(out / "uneven")  # NOTE: last: Lightning ends process 1 when a fit fails on process 0
 
 
@@ -55,6 +57,13 @@ def _dispatch(out: Path) -> None:
     strategy = ShardStrategy(dispatch_batches=True, put_on_device=True)
     data = DataLoader(SizedRecordStream(45), batch_size=4)
     trainer(out, strategy=strategy, max_epochs=2).fit(Recorder(str(out), scheduler="epoch"), data)
+
+
+def _dispatch_uneven(out: Path) -> None:
+    """``dispatch_batches=True``, ``even_batches=False``: 46 samples in 12 batches of 4, 6 steps each, the last
+    global batch's 6 real rows only (4 to process 0, 2 to process 1), nothing repeated."""
+    strategy = ShardStrategy(dispatch_batches=True, even_batches=False, put_on_device=True)
+    trainer(out, strategy=strategy, max_epochs=1).fit(Recorder(str(out)), loader(46, 4, shuffle=True))
 
 
 def _uneven(out: Path) -> None:
@@ -153,7 +162,17 @@ SCENARIOS = {
 
 if __name__ == "__main__":
     name, out_dir = sys.argv[1], Path(sys.argv[2])
-    for directory in ("", "full", "stop", "resume2", "resume1", "split", "dispatch", "uneven"):
+    for directory in (
+        "",
+        "full",
+        "stop",
+        "resume2",
+        "resume1",
+        "split",
+        "dispatch",
+        "dispatch_uneven",
+        "uneven",
+    ):
         (out_dir / directory).mkdir(parents=True, exist_ok=True)
     pl.seed_everything(0)
     SCENARIOS[name](out_dir)
