@@ -16,8 +16,9 @@ peak memory of one process:
   baseline) against the compact all-reduce;
 - gather_for_metrics: ``gather_in_process_order`` of a step's outputs, the previous implementation
   (kept below) against the vectorised one;
-- stream agreement: one fetch's check of a natively sharded stream: now one integer (and, at a fetch where a
-  share ends, the ``3 x N`` vector of who ended), before the ``3 x N`` vector at every fetch;
+- stream agreement: one fetch's check of a natively sharded stream where shares end (the worst case): now
+  two integers, before one integer and the ``3 x N`` vector of who ended; and a whole epoch of one step
+  (its checks and the report's sums, once an epoch);
 - audit epoch end: the audit callback's agreement on whether every process ended its epoch, now one
   integer's minimum, before an object all-gather of one flag per process;
 - random states: what each checkpoint saves of the processes' random states, now each process its own
@@ -73,7 +74,9 @@ from lightning_shard.comm.collectives import all_true  # noqa: E402
 from lightning_shard.comm.gather import gather_in_process_order, merge_parts  # noqa: E402
 from lightning_shard.comm.random_states import capture, own_part  # noqa: E402
 from lightning_shard.comm.tree import Node, flatten, is_tensor_tree, map_leaves  # noqa: E402
+from lightning_shard.loaders.position import Position  # noqa: E402
 from lightning_shard.loaders.stream_agreement import Agreement  # noqa: E402
+from lightning_shard.loaders.streams import PAD, StreamRun  # noqa: E402
 from lightning_shard.sampling.samplers import ScalableRandomSampler  # noqa: E402
 
 BATCH = 32
@@ -434,36 +437,61 @@ def gather_rows(worlds: list[int], repeats: int) -> list[str]:
 
 
 def stream_rows(worlds: list[int], repeats: int) -> list[str]:
+    """The stream end agreement: one fetch's check where shares end (the worst case), now and before; and
+    a whole epoch of ``StreamRun`` (two checks and the report's sums at its end)."""
     rows = []
     for world in worlds:
         with playing(world - 1, world):
             variants = {
-                "all-reduce of 1 integer (now)": partial(_fetch, world, ended=False),
-                "all-reduce of 1 integer + 3 x N, a fetch where a share ends (now)": partial(
-                    _fetch, world, ended=True
-                ),
-                "all-reduce of 3 x N (before)": partial(old_fetch, world),
+                "all-reduce of 2 integers (now)": partial(_fetch, ended=True),
+                "all-reduce of 1 integer + 3 x N (before)": partial(old_fetch_where_shares_end, world),
+                "epoch of 1 step: 2 checks + the report's 3 x N + 1 (now)": partial(_stream_epoch, world),
+            }
+            notes = {
+                "all-reduce of 2 integers (now)": "every fetch, those where shares end included",
+                "all-reduce of 1 integer + 3 x N (before)": "at each fetch where a share ends, up to N an epoch",
+                "epoch of 1 step: 2 checks + the report's 3 x N + 1 (now)": "the report: once an epoch",
             }
             for label, (seconds, peak, received) in measure(variants, repeats).items():
-                note = "per step" if "ends" not in label else "at most once per share and epoch"
-                rows.append(
-                    _row("stream agreement (per fetch)", None, world, label, seconds, peak, received, note)
+                path = (
+                    "stream agreement (per fetch)" if "epoch" not in label else "stream agreement (per epoch)"
                 )
+                rows.append(_row(path, None, world, label, seconds, peak, received, notes[label]))
         print(rows[-1], file=sys.stderr, flush=True)
     return rows
 
 
-def _fetch(world: int, ended: bool) -> list[int] | None:
-    """One fetch's check; ``ended``: this fetch is the one at which the shares end (a fresh agreement)."""
-    agreement = Agreement(world, world - 1, counted=True)
-    agreement.start(ended, [BATCH, 0])
+def _fetch(ended: bool) -> tuple[int, int]:
+    """One fetch's check (``Agreement``); ``ended``: this process's share ended at this fetch."""
+    agreement = Agreement()
+    agreement.start(ended, False)
     return agreement.settle()
 
 
-def old_fetch(world: int) -> list[int]:
-    """A fetch's check as of commit 710fab5: the ``3 x N`` vector of ended flags and counts, every fetch."""
+def _stream_epoch(world: int, steps: int = 1) -> Any:
+    """A whole epoch of ``StreamRun`` (``"pad"``) over a share of ``steps`` batches, which ends on every
+    process at the same fetch (the stand-in's processes all hold the same data); its report."""
+    run = StreamRun(PAD, world, world - 1, resumable=True)
+    share = [torch.arange(BATCH)] * steps
+    for _ in run.batches(iter(share), lambda: iter(share), len, Position(0), None):
+        pass
+    return run.report
+
+
+def stream_epoch_received(world: int, steps: int) -> int:
+    """Bytes rank ``N - 1`` of ``world`` receives in the agreement of an epoch of ``steps`` steps of a
+    natively sharded stream (``steps + 1`` fetches, the last where the shares end, and the report)."""
+    with playing(world - 1, world):
+        return _received(partial(_stream_epoch, world, steps))
+
+
+def old_fetch_where_shares_end(world: int) -> list[int]:
+    """A fetch's check where a share ends as of commit 7b203b2: one integer (how many shares ended), then,
+    the count having risen, the ``3 x N`` vector of who ended and what each yielded."""
+    count = torch.tensor([1], dtype=torch.int64)
+    _CURRENT.all_reduce(count)
     vector = torch.zeros(3 * world, dtype=torch.int64)
-    vector[world - 1], vector[2 * world - 1] = 0, BATCH
+    vector[world - 1], vector[2 * world - 1] = 1, BATCH
     _CURRENT.all_reduce(vector)
     return [int(value) for value in vector.tolist()]
 
@@ -639,7 +667,9 @@ _GROUPS: dict[str, Callable[[bool, int], list[str]]] = {
         10**6, _worlds(full) if full else [8, 1024, 4096, 16384], repeats, 2**30 if full else 2**28
     ),
     "gather": lambda full, repeats: gather_rows([2, 64, 1024, 16384], repeats),
-    "stream": lambda full, repeats: stream_rows([8, 1024, 16384], repeats),
+    "stream": lambda full, repeats: stream_rows(
+        [8, 64, 1024, 4096, 16384] if full else [8, 1024, 16384], repeats
+    ),
     "epoch_end": lambda full, repeats: epoch_end_rows([8, 1024, 16384], repeats),
     "random_states": lambda full, repeats: random_state_rows(_worlds(full), repeats),
 }

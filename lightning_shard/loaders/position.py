@@ -40,7 +40,8 @@ class Position:
     resumed under another ``num_workers`` finishes under the count it started with."""
     ended_at: tuple[int | None, ...] | None = None
     """For a stream each process reads its own share of: the step at which each process's share ended
-    (``None``: not yet), by rank (the state's ``streams``; ``None``: unknown, or not such a stream)."""
+    (``None``: not yet), by rank, as a 0.2 / 0.3 state's ``streams`` recorded it (``None``: not recorded,
+    each process finds its own end as it reads, or not such a stream)."""
 
     @property
     def start(self) -> int:

@@ -160,9 +160,7 @@ class Resumption:
                 sampler_seed=seed if pending.sampler_seed is None else pending.sampler_seed,
             )
         if self.progress.in_epoch:
-            stream = self.source.stream
-            ends = None if stream is None else tuple(stream.ended_at)
-            return replace(self.progress.position(), sampler_seed=seed, ended_at=ends)
+            return replace(self.progress.position(), sampler_seed=seed)
         return self._fresh(self.epoch)
 
     def _fresh(self, epoch: int) -> Position:
@@ -206,7 +204,7 @@ class Resumption:
             replace(position, epoch=epoch, steps=steps, workers=workers),
             consumed=consumed,
             world_size=world_size() if is_distributed() else None,
-            streams=None if stream is None else stream.saved_ends(position.ended_at, steps),
+            streams=None if stream is None else stream.saved_ends(),
             library=library.save(epoch, consumed) if library is not None and library.resumes_itself else None,
         )
 

@@ -25,7 +25,7 @@ READABLE_VERSIONS = (1, 2)
 _POSITION_RENAMED = {"workers": "num_workers"}
 """``Position`` fields saved under another key."""
 _POSITION_UNSAVED = ("ended_at",)
-"""``Position`` fields the state holds otherwise: each process's stream end is in its ``streams``."""
+"""``Position`` fields the state holds otherwise: each process's stream end, in a released state's ``streams``."""
 _WRITTEN_WHEN_SET = ("library",)
 """Keys written only when they hold something: only some streams have them, and every other state keeps the
 keys it had."""
@@ -46,10 +46,10 @@ class LoaderState:
             for samples).
         world_size: processes in the job (more than ``num_processes`` when tensor-parallel peers share
             batches); ``None`` without a process group.
-        streams: for a stream each process reads its own share of, one entry per process (rank
-            order): ``{"ended_at": step}``, the step at which that process's share ended in this epoch
-            (``None``: not yet); it tells where each process is, padding included (docs/DESIGN.md,
-            "Streaming data").
+        streams: for a stream each process reads its own share of, ``[]``: each process finds where
+            its share ended again as it reads it on resume (docs/DESIGN.md, "Streaming data"). States of
+            0.2 and 0.3 hold one ``{"ended_at": step}`` per process (rank order; ``None``: not yet), which
+            a resume on as many processes still honours.
         library: for a stream whose library continues a position itself (mosaicml-streaming), that
             library's own state as it saves it, once ``consumed`` samples of the epoch are gone; else ``None``.
     """

@@ -1,5 +1,5 @@
-"""How a stream's processes learn that one of their shares ended: ``Agreement`` (one asynchronous
-all-reduce of one integer per fetch) and ``Share`` (a process's batches: the real pass over its share,
+"""How a stream's processes learn that their shares ended: ``Agreement`` (one asynchronous
+all-reduce of two integers per fetch) and ``Share`` (a process's batches: the real pass over its share,
 then passes from its start as padding); used by ``StreamRun`` (``loaders/streams.py``; docs/DESIGN.md,
 "Streaming data", "Scale"). And ``check_same_stream``: whether a strided stream's processes read the same
 first elements ("Streams that split themselves")."""
@@ -112,26 +112,48 @@ def checked_first(
 class Share:
     """This process's batches: the real pass over its share, then passes from its start (padding).
 
-    On resume at step ``skip``: a process whose stream had ended at ``ended_at < skip`` continues
-    ``skip - ended_at`` batches into its padding (passes of ``ended_at`` batches each); any other
-    skips ``skip`` batches of its real pass. Skipped batches are read and dropped: with workers the
-    loader interleaves their batches, so only batch counts after interleaving are exact.
+    ``end`` is how many real batches the share holds, once known (``None`` before): when its real pass
+    ends, or on resume at batch ``skip``, from a state that recorded it (``ended``) or found while reading
+    again and dropping the ``skip`` batches consumed. A share that ended after ``end < skip`` batches
+    continues ``(skip - end) % end`` batches into its padding (passes of ``end`` batches each); any other
+    continues its real pass after ``skip``. Batches are counted after the loader interleaves its workers'
+    batches, so the counts are exact with workers.
     """
 
     def __init__(
-        self, first: Iterator[Any], restart: Callable[[], Iterator[Any]], skip: int, ended_at: int | None
+        self, first: Iterator[Any], restart: Callable[[], Iterator[Any]], skip: int, ended: int | None
     ) -> None:
         self.restart = restart
-        self.exhausted = ended_at is not None and 0 < ended_at < skip
-        into = (skip - ended_at) % ended_at if self.exhausted and ended_at else skip
-        self.iterator = itertools.islice(first, into, None) if into else first
+        self.iterator: Iterator[Any] = first
+        self.end: int | None = None
+        self.position = skip
+        """Real batches fetched from the share (those skipped included)."""
+        if ended is not None and 0 < ended < skip:
+            # NOTE: an end recorded by a state of 0.2 / 0.3: that first pass is already padding.
+            self.end = ended
+            self.iterator = itertools.islice(first, (skip - ended) % ended, None)
+            return
+        read = sum(1 for _ in itertools.islice(first, skip))
+        if read < skip and read:
+            self.end = read
+            self.iterator = itertools.islice(restart(), (skip - read) % read, None)
+        elif read < skip:
+            self.position = 0  # NOTE: an empty share ends at its first fetch, as in a fresh epoch
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether the real pass is over (the share yields padding now)."""
+        return self.end is not None
 
     def fetch(self) -> Any:
         """The next batch, or ``END`` when the real pass ends (then ``exhausted``)."""
-        if self.exhausted:
+        if self.end is not None:
             return self.padding()
         batch = next(self.iterator, END)
-        self.exhausted = batch is END
+        if batch is END:
+            self.end = self.position
+        else:
+            self.position += 1
         return batch
 
     def padding(self) -> Any:
@@ -150,27 +172,23 @@ class Share:
 
 
 class Agreement:
-    """One asynchronous all-reduce (a sum over the group) of one integer per fetch, settled before that batch
-    is yielded: how many ranks' streams have ended.
+    """One asynchronous all-reduce (a sum over the group) of two integers per fetch, settled before that
+    batch is yielded: how many ranks' shares have ended, and how many of those ended before the epoch's
+    first step (empty). The same two integers whatever the number of processes and however the shares
+    end: every decision of ``StreamRun`` follows from the sums, the same on every process."""
 
-    ``counted=False`` (``"same"``) needs only that count. ``counted=True`` learns who ended, and how many
-    real and padding samples each process yielded, at the checks where the count rises (each process's
-    stream ends once an epoch, so at most ``N`` checks; usually a few at the epoch's end): one more
-    all-reduce, synchronous, of the ``3 x N`` vector of each process's ended flag and two counts in its
-    own entries, as of that fetch. Every process sees the same count, so all take part in it or none.
-    """
+    SIZE = 2
+    """Integers sent per fetch."""
 
-    def __init__(self, num_processes: int, process_index: int, counted: bool) -> None:
-        self.size, self.rank, self.counted = num_processes, process_index, counted
+    def __init__(self) -> None:
         self._pending: tuple[torch.Tensor, Any] | None = None
-        self._sent: tuple[bool, int, int] = (False, 0, 0)
-        self._ended = 0
-        """Ranks whose stream had ended at the last check."""
+        self.sent = 0
+        """Bytes this process all-reduced in its checks so far."""
 
-    def start(self, exhausted: bool, counts: list[int]) -> None:
-        flag = torch.tensor([int(exhausted)], dtype=torch.int64, device=communication_device())
-        self._sent = (exhausted, counts[0], counts[1])
-        self._pending = (flag, dist.all_reduce(flag, async_op=True))
+    def start(self, ended: bool, empty: bool) -> None:
+        flags = torch.tensor([int(ended), int(empty)], dtype=torch.int64, device=communication_device())
+        self.sent += flags.numel() * flags.element_size()
+        self._pending = (flags, dist.all_reduce(flags, async_op=True))
 
     def drain(self) -> None:
         """Wait for a started check whose answer is no longer needed."""
@@ -178,30 +196,11 @@ class Agreement:
             self._pending[1].wait()
             self._pending = None
 
-    def settle(self) -> list[int] | None:
-        """``[ended]`` (``counted=False``); else the ``3 x N`` vector if a stream ended since the last check,
-        ``None`` if none did."""
+    def settle(self) -> tuple[int, int]:
+        """The sums over the group's ranks: ended shares, empty ones."""
         assert self._pending is not None  # NOTE: each settle follows its start in `StreamRun.batches`.
-        flag, work = self._pending
+        flags, work = self._pending
         self._pending = None
         work.wait()
-        ended = int(flag.item())
-        if not self.counted:
-            return [ended]
-        if ended == self._ended:
-            return None
-        self._ended = ended
-        return self._vector()
-
-    def _vector(self) -> list[int]:
-        """Who ended and what each yielded, as of the fetch just checked (a synchronous all-reduce)."""
-        exhausted, real, padding = self._sent
-        vector = torch.zeros(3 * self.size, dtype=torch.int64, device=communication_device())
-        vector[self.rank] = int(exhausted)
-        vector[self.size + self.rank] = real
-        vector[2 * self.size + self.rank] = padding
-        dist.all_reduce(vector)
-        # NOTE: under a mesh every rank of a data-parallel index reads the same share and writes the same
-        # entries, so each is counted once per rank of its index.
-        peers = dist.get_world_size() // self.size
-        return [int(value) // peers for value in vector.tolist()]
+        ended, empty = flags.tolist()
+        return int(ended), int(empty)

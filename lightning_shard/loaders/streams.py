@@ -1,33 +1,34 @@
 """Streams: one end agreement, four ways to end (docs/DESIGN.md, "Streaming data", "No hangs").
 
-Each fetch starts, one batch ahead and asynchronously, an all-reduce of one integer, waited for only
+Each fetch starts, one batch ahead and asynchronously, an all-reduce of two integers, waited for only
 before that batch is yielded (its latency overlaps the step on the batch before; a check at the epoch's
-end would pair with the collectives of a step one process takes alone): how many processes' streams have
-ended. Its size does not depend on the number of processes (docs/DESIGN.md, "Scale"). What follows is
-the ``stream_ends`` policy:
+end would pair with the collectives of a step one process takes alone): how many processes' shares have
+ended, and how many of those were empty. Its size does not depend on the number of processes, nor on how
+the shares end (docs/DESIGN.md, "Scale"). What follows is the ``stream_ends`` policy:
 
 - ``"same"`` (strided, ``even_batches=True``): every process reads the whole stream, so all end at the same
   step; if only some did, every process raises at once.
-- ``"pad"`` (native, ``even_batches=True``): at a step where that count rises (the same step on every
-  process), one more all-reduce of a ``3 x N`` vector says which processes' streams have ended and how
-  many real and padding samples each yielded (so the state needs no collective). A process whose stream
-  ended continues from the start of its share until every stream has ended.
-- ``"shortest"`` (``even_batches=False``): the same; every process stops at the first end; the others
-  count what they leave unseen (by reading it: a stream has no length) and rank 0 reports it.
+- ``"pad"`` (native, ``even_batches=True``): a process whose share ended continues from the start of its
+  share until every share has ended; an empty share is refused while others still have data.
+- ``"shortest"`` (``even_batches=False``): every process stops at the first end; the others count what they
+  leave unseen (by reading it: a stream has no length) and rank 0 reports it.
 - ``"own"`` (predict): no agreement; each process reads its share to its end.
+
+Each process knows its own end; who ended when, and what each read and padded, is summed once, at the
+epoch's end, for its ``StreamReport``.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias, get_args
 
 import torch
 import torch.distributed as dist
 
-from lightning_shard.comm.collectives import communication_device, is_distributed
+from lightning_shard.comm.collectives import all_gather_objects, communication_device, is_distributed
 from lightning_shard.loaders.position import Position
 from lightning_shard.loaders.stream_agreement import END, Agreement, Share, all_ended
 from lightning_shard.log import warn
@@ -123,11 +124,12 @@ class StreamRun:
         self.process_index = process_index
         self.resumable = resumable
         self.spans_group = spans_group
-        self.ended_at: list[int | None] = [None] * num_processes
         self._paddings: deque[int] = deque(maxlen=_QUEUED)
         self.report: StreamReport | None = None
         """The last finished epoch's report (``None`` under ``"same"``: nothing to report)."""
-        self._last_vector: list[int] | None = None
+        self.exchanged = 0
+        """Bytes this process all-reduced in the current (or last) epoch's agreement: its checks, one per
+        fetch, then the report's sums at the epoch's end."""
 
     @property
     def uneven(self) -> bool:
@@ -149,18 +151,16 @@ class StreamRun:
 
     # -- position ---------------------------------------------------------------------------------
     def restored_ends(self, streams: list[dict[str, Any]] | None) -> tuple[int | None, ...] | None:
-        """The per-process ends a saved state's ``streams`` record (``None``: none, or another number of
-        processes'), which a restore carries (``Position.ended_at``)."""
+        """The per-process ends a saved state's ``streams`` records (states of 0.2 and 0.3; ``None``: none,
+        or another number of processes'), which a restore carries (``Position.ended_at``)."""
         ends = tuple(entry["ended_at"] for entry in streams or [])
         return ends if len(ends) == self.num_processes and self.resumable else None
 
-    def saved_ends(self, ended_at: Sequence[int | None] | None, steps: int) -> list[dict[str, Any]] | None:
-        """Every process's position as a state records it, ``[{"ended_at": step}, ...]`` (``None`` for a stream
-        the loader does not resume itself); at 0 steps, an epoch's start, no process has ended."""
-        if not self.resumable:
-            return None
-        ends = ended_at if ended_at is not None and steps else [None] * self.num_processes
-        return [{"ended_at": end} for end in ends]
+    def saved_ends(self) -> list[dict[str, Any]] | None:
+        """What a state records in ``streams``: ``[]`` for a stream the loader resumes itself (each process
+        finds its own end again as it reads its share on resume, so the state needs no process's end and
+        stays the same on every process without a collective), ``None`` for any other."""
+        return [] if self.resumable else None
 
     # -- one epoch --------------------------------------------------------------------------------
     def batches(
@@ -173,25 +173,26 @@ class StreamRun:
     ) -> Generator[tuple[Any, bool], None, None]:
         """This process's batches of the epoch ``start`` begins (``restart``: a pass from its start) with
         whether each is known to be the last, ending on every process at the same step but under ``"own"``;
-        ``move`` is applied before the next fetch. A share of its own resumed mid-epoch continues where the
-        restore's ``ended_at`` says."""
-        resumed = start.ended_at is not None and start.start > 0
-        self.ended_at = list(start.ended_at) if resumed else [None] * self.num_processes  # type: ignore[arg-type]
+        ``move`` is applied before the next fetch. A share of its own resumed mid-epoch drops what it had
+        consumed, continuing in its padding where it had ended (``Share``)."""
         skip = start.start if self.resumable else 0
+        recorded = None if start.ended_at is None or not skip else start.ended_at[self.process_index]
+        share = Share(first, restart, skip, None if recorded is None else recorded - start.base_steps)
         epoch, steps = start.epoch or 0, start.steps
-        share = Share(first, restart, skip, self.ended_at[self.process_index])
         self._paddings.clear()
+        self.exchanged = 0
         same = self.stream_ends == SAME
-        agreement = Agreement(self.num_processes, self.process_index, not same) if self._agrees() else None
+        agreement = Agreement() if self._agrees() else None
+        base = start.base_steps
         counts = [0, 0]  # real and padding samples this process yielded in this run
         step = steps
         current = share.fetch()
         if agreement is not None:
-            agreement.start(share.exhausted, counts)
+            self._check(agreement, share, base)
         while True:
             if agreement is not None:
                 # NOTE: the check of this batch started when it was fetched, one step ago.
-                if self._stops(agreement.settle(), step, current is END):
+                if self._stops(agreement.settle(), step, current is END, _end(share, base) == 0):
                     break
                 if current is END:
                     current = share.padding()
@@ -205,7 +206,7 @@ class StreamRun:
                 current = move(current)
             following = share.fetch()
             if agreement is not None:
-                agreement.start(share.exhausted, counts)
+                self._check(agreement, share, base)
             step += 1
             try:
                 # NOTE: under "same" a stream that ended here ended on every process (else the next check
@@ -221,77 +222,91 @@ class StreamRun:
                 raise
             current = following
         if not same:
-            self._finish(agreement, share, current, counts, epoch, step - steps, rows)
+            agreed = agreement is not None
+            left = self._left(share, current, rows) if agreed and self.stream_ends == SHORTEST else None
+            self.report = self._report(agreed, counts, _end(share, base), left, epoch, step - steps)
+
+    def _check(self, agreement: Agreement, share: Share, base_steps: int) -> None:
+        """Start the check of the batch just fetched: whether this share ended, and whether it is empty."""
+        agreement.start(share.exhausted, _end(share, base_steps) == 0)
+        self.exchanged = agreement.sent
 
     def _agrees(self) -> bool:
         """Whether every rank of the group iterates this stream (all of them, or a whole mesh's ranks)."""
         return self.stream_ends != OWN and self.num_processes > 1 and is_distributed() and self.spans_group
 
-    def _stops(self, vector: list[int] | None, step: int, ended_here: bool) -> bool:
-        """Whether the epoch ends here; records who ended; raises everywhere on an uneven end it cannot take.
-
-        ``vector`` is ``None`` when no stream ended since the last check: nothing changes.
-        """
-        if vector is None:
-            return False
+    def _stops(self, sums: tuple[int, int], step: int, ended_here: bool, empty_here: bool) -> bool:
+        """Whether the epoch ends here, from the sums of a check (the same on every process); raises
+        everywhere on an uneven end it cannot take (``empty_here``: this process's share is empty)."""
         if self.stream_ends == SAME:
-            return all_ended(vector[0], ended_here, step)
-        size = self.num_processes
-        ended = vector[:size]
-        for rank, flag in enumerate(ended):
-            if flag and self.ended_at[rank] is None:
-                self.ended_at[rank] = step
-        self._last_vector = vector
-        if not any(ended):
+            return all_ended(sums[0], ended_here, step)
+        # NOTE: under a mesh every rank of a data-parallel index reads the same share and sends the same
+        # flags, so each share is counted once per rank of its index.
+        peers = dist.get_world_size() // self.num_processes
+        ended, empty = (total // peers for total in sums)
+        if not ended:
             return False
-        if self.stream_ends == SHORTEST or all(ended):
+        if self.stream_ends == SHORTEST or ended == self.num_processes:
             return True
-        empty = [rank for rank, end in enumerate(self.ended_at) if end == 0]
         if empty:
             raise RuntimeError(
-                f"The shares of processes {empty} of the stream are empty, so they cannot be padded while the "
-                f"others still have data (`even_batches=True`). Give every process at least one non-empty shard, "
-                "or use `even_batches=False` (all stop at the shortest stream)."
+                f"The shares of processes {_empty_shares(empty_here, self.process_index)} of the "
+                "stream are empty, so they cannot be padded while the others still have data "
+                "(`even_batches=True`). Give every process at least one non-empty shard, or use "
+                "`even_batches=False` (all stop at the shortest stream)."
             )
         return False
 
-    def _finish(
-        self,
-        agreement: Agreement | None,
-        share: Share,
-        current: Any,
-        counts: list[int],
-        epoch: int,
-        steps: int,
-        rows: Callable[[Any], int],
-    ) -> None:
-        size, vector = self.num_processes, self._last_vector
-        if agreement is not None and vector is not None:
-            read, padded = tuple(vector[size : 2 * size]), tuple(vector[2 * size :])
-        else:
-            read, padded = (tuple(n if r == self.process_index else 0 for r in range(size)) for n in counts)
-        unseen = None
-        if self.stream_ends == SHORTEST and agreement is not None:
-            unseen = self._unseen(share, current, rows)
-        self.report = StreamReport(epoch, steps, read, padded, tuple(self.ended_at), unseen)
-        self._last_vector = None
-
-    def _unseen(self, share: Share, current: Any, rows: Callable[[Any], int]) -> int:
-        """Samples every process left behind by stopping at the shortest stream (read to be counted)."""
-        left = 0 if current is END or share.exhausted else rows(current)
-        left += sum(rows(batch) for batch in share.rest())
-        total = torch.tensor([left], dtype=torch.int64, device=communication_device())
-        dist.all_reduce(total)
-        unseen = int(total.item()) // (dist.get_world_size() // self.num_processes)
-        if unseen and self.process_index == 0:
+    def _report(
+        self, agreed: bool, counts: list[int], ended_at: int | None, left: int | None, epoch: int, steps: int
+    ) -> StreamReport:
+        """The epoch's report from this process's real and padding samples (``counts``), end and samples
+        ``left`` unseen (``"shortest"``): every process's, summed once over the group where they agreed
+        (each process writes its own entries), this process's own otherwise."""
+        size, rank = self.num_processes, self.process_index
+        values = [0] * (3 * size + 1)
+        values[rank], values[size + rank] = counts
+        values[2 * size + rank] = 0 if ended_at is None else ended_at + 1
+        values[-1] = left or 0
+        if agreed:
+            values = self._summed(values)
+        ends = tuple(None if end == 0 else end - 1 for end in values[2 * size : 3 * size])
+        unseen = None if left is None else values[-1]
+        if unseen and rank == 0:
             warn(
-                f"lightning_shard: the streams of processes {[r for r, e in enumerate(self.ended_at) if e is not None]} "
+                f"lightning_shard: the streams of processes {[r for r, e in enumerate(ends) if e is not None]} "
                 f"ended first, so every process stopped there (`even_batches=False`); {unseen} samples of the other "
                 "processes' shares were left unseen this epoch. Use `even_batches=True` to pad the shorter shares "
                 "instead.",
                 stacklevel=2,
             )
-        return unseen
+        return StreamReport(epoch, steps, tuple(values[:size]), tuple(values[size : 2 * size]), ends, unseen)
+
+    def _summed(self, values: list[int]) -> list[int]:
+        """``values`` summed over the group: one all-reduce, once an epoch."""
+        total = torch.tensor(values, dtype=torch.int64, device=communication_device())
+        self.exchanged += total.numel() * total.element_size()
+        dist.all_reduce(total)
+        # NOTE: under a mesh each data-parallel index's entries are written by every rank of that index.
+        peers = dist.get_world_size() // self.num_processes
+        return [int(value) // peers for value in total.tolist()]
+
+    @staticmethod
+    def _left(share: Share, current: Any, rows: Callable[[Any], int]) -> int:
+        """Samples this process leaves behind by stopping at the shortest stream (read to be counted)."""
+        left = 0 if current is END or share.exhausted else rows(current)
+        return left + sum(rows(batch) for batch in share.rest())
+
+
+def _end(share: Share, base_steps: int) -> int | None:
+    """The epoch step at which ``share``'s real pass ended (``None``: not yet)."""
+    return None if share.end is None else base_steps + share.end
+
+
+def _empty_shares(empty_here: bool, process_index: int) -> list[int]:
+    """The processes whose shares are empty, gathered from every rank (only on the way to raising)."""
+    flagged = all_gather_objects(process_index if empty_here else None)
+    return sorted({index for index in flagged if index is not None})
 
 
 ENDS_TEXT = {

@@ -92,7 +92,8 @@ def resumed(rank: int, workers: int, stop: int) -> dict[str, Any]:
     state = first.state_dict()
     again = make()
     again.load_state_dict(state)
-    return {"whole": whole, "head": head, "tail": train(again), "state": state}
+    ends = full.stream.report.ended_at
+    return {"whole": whole, "head": head, "tail": train(again), "state": state, "ends": ends}
 
 
 def worker_change(rank: int, saved: int, resumed: int, hf: bool) -> dict[str, Any]:
@@ -101,7 +102,8 @@ def worker_change(rank: int, saved: int, resumed: int, hf: bool) -> dict[str, An
         hf_id_stream(LENGTHS).shuffle(seed=3, buffer_size=4) if hf else IdShardsStream(id_shards(LENGTHS))
     )
     make = lambda workers: prepare_data_loader(_loader(dataset, workers))  # noqa: E731
-    whole = train(make(saved))
+    full = make(saved)
+    whole = train(full)
     first = make(saved)
     head = train(first, 5)
     state = first.state_dict()
@@ -129,6 +131,7 @@ def worker_change(rank: int, saved: int, resumed: int, hf: bool) -> dict[str, An
         "following": following,
         "fresh": train(fresh),
         "third": train(third),
+        "ends": full.stream.report.ended_at,
     }
 
 
@@ -233,8 +236,9 @@ def test_resume_continues_each_process_exactly(results: list[dict[str, Any]], ca
     for rank in results:
         run = rank[case]
         assert run["head"] + run["tail"] == run["whole"]
+    assert results[0][case]["state"]["streams"] == [], "the state holds no process's end"
     if case == "resumed_padding":
-        ends = [entry["ended_at"] for entry in results[0][case]["state"]["streams"]]
+        ends = results[0][case]["ends"]
         assert any(end is not None and end < 6 for end in ends), "one process was padding when saved"
 
 
@@ -273,7 +277,7 @@ def test_a_native_stream_resumed_under_another_worker_count_finishes_the_epoch_e
     saved = first["state"]["num_workers"]
     assert first["state"] == second["state"] and first["middle"] == second["middle"]
     assert first["middle"]["num_workers"] == saved, "the bridged epoch records the count it is read with"
-    assert any(end is not None for end in (e["ended_at"] for e in first["state"]["streams"])), (
+    assert first["ends"][1] is not None and first["ends"][1] < 5, (
         "process 1's share had ended (it was padding) when saved"
     )
     assert len(first["warned"]) == 1 and not second["warned"], "rank 0 says it once"
@@ -286,12 +290,11 @@ def test_a_native_stream_resumed_under_another_worker_count_finishes_the_epoch_e
 
 
 def test_a_stream_runs_ends_go_through_the_restore_not_the_run() -> None:
-    """A state's per-process ends become a restore's (``Position.ended_at``), which the epoch's start hands
-    to the run: nothing of a restore is left on the run for a later call to find."""
+    """A released state's per-process ends become a restore's (``Position.ended_at``), which the epoch's
+    start hands to the run; a state written now holds none (each process finds its own end again)."""
     run = StreamRun(PAD, 2, 0, resumable=True)
     saved = [{"ended_at": 3}, {"ended_at": None}]
-    ends = run.restored_ends(saved)
-    assert ends == (3, None) and run.saved_ends(ends, 5) == saved, "a state's ends go back unchanged"
-    assert run.saved_ends(ends, 0) == [{"ended_at": None}, {"ended_at": None}], "none ended at the start"
+    assert run.restored_ends(saved) == (3, None), "a 0.2 / 0.3 state's ends are honoured"
+    assert run.saved_ends() == [] and run.restored_ends([]) is None, "a new state holds no end"
     assert run.restored_ends(saved[:1]) is None, "another number of processes' ends are no position here"
-    assert StreamRun(SAME, 2, 0, resumable=False).saved_ends((3, None), 5) is None
+    assert StreamRun(SAME, 2, 0, resumable=False).saved_ends() is None
