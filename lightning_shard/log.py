@@ -1,12 +1,7 @@
 """lightning_shard's own logger, ``logging.getLogger("lightning_shard")``: the plan line, the notices and the
-warnings, each from rank zero only (the ranks would repeat one another).
-
-Set up as Lightning sets up ``"lightning.pytorch"``: at level ``INFO``, with a handler to ``stderr`` of its
-own unless the root logger has handlers (then its records go there), so a user raises its level, filters
-it or sends it elsewhere as they do Lightning's. A warning stays a Python warning of its category
-(``warnings.filterwarnings`` by category works: ``StreamShardingWarning``, ``WorkerCountWarning``, ...),
-and is issued only while the logger lets ``WARNING`` through: ``setLevel(logging.ERROR)`` silences
-everything of ours.
+warnings, each from rank zero only, set up as Lightning sets up ``"lightning.pytorch"`` (docs/DESIGN.md, "Logs
+and warnings"). A warning stays a Python warning of its category, issued only while the logger lets
+``WARNING`` through: ``setLevel(logging.ERROR)`` silences everything of ours.
 """
 
 from __future__ import annotations

@@ -23,15 +23,9 @@ _DOC = "doc"
 _STRATEGY_DEFAULT = "strategy_default"
 
 
-_NO_STRATEGY_DEFAULT: Any = object()
-
-
-def _option(default: Any, doc: str, *, strategy_default: Any = _NO_STRATEGY_DEFAULT) -> Any:
-    """A dataclass field with its documentation; ``strategy_default`` when a strategy defaults otherwise."""
-    metadata = {_DOC: doc}
-    if strategy_default is not _NO_STRATEGY_DEFAULT:
-        metadata[_STRATEGY_DEFAULT] = strategy_default
-    return field(default=default, metadata=metadata)
+def _option(default: Any, doc: str, **metadata: Any) -> Any:
+    """A dataclass field with its documentation; ``strategy_default=`` when a strategy defaults otherwise."""
+    return field(default=default, metadata={_DOC: doc, **metadata})
 
 
 _O = TypeVar("_O", bound="_Options")
@@ -40,12 +34,8 @@ _O = TypeVar("_O", bound="_Options")
 class _Options:
     @classmethod
     def pick(cls: type[_O], values: Mapping[str, Any]) -> _O:
-        """The options among ``values``, a mapping that holds other keys too (a flat signature's
-        ``locals()``, a strategy's arguments): the keys named like a field are taken, the others left.
-
-        NOTE: not a check of the keys: a misspelled option is refused by the signature that takes it
-        (``check_keywords`` for a strategy's ``**kwargs``), never here.
-        """
+        """The options among ``values`` (a flat signature's ``locals()``, a strategy's arguments), other keys
+        left. Not a check: the signature that takes a misspelled option refuses it (``check_keywords``)."""
         return cls(**{name: values[name] for name in option_names(cls) if name in values})
 
 

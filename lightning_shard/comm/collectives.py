@@ -68,10 +68,8 @@ def communication_device() -> torch.device:
 def destroy_group_at_exit() -> None:
     """Destroy the default process group when the interpreter exits, if it is still initialised (once).
 
-    NOTE: a gloo group left to the interpreter's teardown aborts now and then ("terminate called without an
-    active exception", exit 134) when rank 0, which hosts the store, exits while another rank is still
-    connected: about 1 fit in 20 here. Lightning registers this for NCCL only; destroying the group first
-    ends its threads in order (0 aborts in 20 runs that aborted 1 in 8 without).
+    A gloo group left to the interpreter's teardown aborts now and then (exit 134) when rank 0, which hosts
+    the store, exits while another rank is still connected; Lightning registers this for NCCL only.
     """
     atexit.register(_destroy_default_group)
 

@@ -1,8 +1,6 @@
-"""Data-parallel topology: how many processes share the data and which one this is.
-
-Read from the running ``torch.distributed`` group (1 and 0 without one) or from a ``DeviceMesh``, where
-only the data-parallel dimensions split the data: ranks that differ only in tensor / context /
-pipeline parallel coordinates get the same batches (docs/DESIGN.md, "What the mesh decides").
+"""Data-parallel topology: how many processes share the data and which one this is, from the running
+``torch.distributed`` group or from a ``DeviceMesh``, where only the data-parallel dimensions split the data
+(docs/DESIGN.md, "What the mesh decides").
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """mosaicml-streaming's ``StreamingDataset``: recognised by class, passed through as each process's own part,
-and resumed through its own state (docs/DESIGN.md, "Streams that split themselves").
-
-The dataset deals one global order of samples (a function of ``num_canonical_nodes``, ``shuffle_seed``,
-``shuffle`` and its epoch) to the ranks it detected when it was built (``RANK`` / ``WORLD_SIZE`` /
-``LOCAL_WORLD_SIZE``, as ``torchrun`` sets them), every rank the same number of samples. So a position in an
-epoch is a count of samples of that global order, which the library itself continues on any number of
-processes: its ``state_dict(num_samples, from_beginning=True)`` is saved with the loader's state and given back
-to ``load_state_dict`` on resume. The library counts its own epochs, one per pass (an abandoned pass too); the
-loader sets its ``next_epoch`` to its own epoch before each pass, so that a pass begun twice, or resumed, reads
-the epoch it is in.
+and resumed through its own state (docs/DESIGN.md, "Streams that split themselves"): a position is a count
+of samples of the library's one global order, which it continues on any number of processes.
 """
 
 from __future__ import annotations

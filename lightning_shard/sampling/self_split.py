@@ -1,13 +1,7 @@
-"""Streams that split themselves by rank: what the loader must know of each (docs/DESIGN.md, "Streams that
-split themselves").
-
-Such a dataset gives process ``r`` its own part of the data by itself, so the loader passes it through
-(striding it again would keep ``1/N`` of each part). What differs between them is described by one
-``SelfSplit`` each: why it counts as split (the plan line and the refusals say it), whether it must be told
-the job's rank (LitData) or checked against it (mosaicml-streaming), how it is put at an epoch before each
-pass, and how a position within an epoch resumes: read again and dropped by the loader (a position that
-only the same number of processes can continue), or resumed by the library itself. A library of this kind is
-added as one module with a ``recognise(dataset)`` returning its ``SelfSplit``, listed in ``LIBRARIES``.
+"""Streams that split themselves by rank: what the loader must know of each, one ``SelfSplit`` per library
+(docs/DESIGN.md, "Streams that split themselves"). The loader passes such a dataset through (striding it
+again would keep ``1/N`` of each part). A library is added as one module with a ``recognise(dataset)``
+returning its ``SelfSplit``, listed in ``SELF_SPLITTING`` (``loaders/kinds.py``).
 """
 
 from __future__ import annotations
