@@ -1,10 +1,9 @@
 """The one home of every option: its name, default, type and documentation.
 
-``ShardOptions`` carries the loader options from the strategy (or a ``ShardDataModule``'s per-stage
-overrides) down to ``prepare_data_loader``; ``StrategyOptions`` holds the few that only a strategy
-has. ``prepare_data_loader`` and the strategies keep flat keyword signatures (users and LightningCLI
-need them); ``tests/core/test_options.py`` fails when those signatures disagree with the fields here, and
-the documentation's options table is rendered from them (``option_table()``, docs/options.md).
+``ShardOptions`` carries the loader options from the strategy (or a ``ShardDataModule``'s per-stage overrides)
+down to ``prepare_data_loader``; ``StrategyOptions`` holds the few only a strategy has. The flat keyword
+signatures that take them (users and LightningCLI need them) are tested against these fields, and the
+documentation's options table is rendered from them (``option_table()``, docs/options.md).
 """
 
 from __future__ import annotations

@@ -35,15 +35,9 @@ _NATIVE = (
 
 
 def gather_in_process_order(data: Any, sources: Sequence[int] | None = None) -> Any:
-    """``data`` of every process, joined along the first dimension in process order.
-
-    A scalar tensor counts as one row. Without a process group, ``data`` itself.
-
-    Args:
-        data: this process's part.
-        sources: the global ranks whose parts are kept, in that order (``None``: every rank). Every rank
-            still takes part: under a mesh the ranks of one data-parallel index hold the same data, and
-            only one of them counts.
+    """``data`` of every process, joined along the first dimension in process order (a scalar tensor is one
+    row); without a process group, ``data`` itself. ``sources``: the global ranks whose parts are kept, in
+    that order (``None``: all); every rank still takes part (under a mesh only one rank of an index counts).
     """
     if not is_distributed() or dist.get_world_size() == 1:
         return data

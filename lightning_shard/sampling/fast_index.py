@@ -98,11 +98,9 @@ class ShardLayout:
         return self.row_geometry()[0] + (self.tail_span() is not None)
 
     def iter_batches(self, order: Order, start: int = 0, offset: int = 0) -> Iterator[list[int]]:
-        """Yield this process's batches from batch ``start`` on, as lists of ints.
-
-        ``order`` is the epoch's order (a tensor, from this layout's position 0); ``None`` means the
-        identity shifted by ``offset`` (a sequential sampler), computed with ranges instead of tensors; a
-        ``KeyedPermutation`` is evaluated at this process's positions shifted by ``offset``.
+        """Yield this process's batches from batch ``start`` on, as lists of ints, from ``order``: a tensor
+        (from this layout's position 0), ``None`` (the identity) or a ``KeyedPermutation``, these two shifted
+        by ``offset``.
         """
         rows, first, stride, width = self.row_geometry()
         if order is None:

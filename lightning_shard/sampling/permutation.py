@@ -20,12 +20,7 @@ _MULTIPLIER = 0x45D9F3B
 
 
 class KeyedPermutation:
-    """The permutation of ``[0, length)`` keyed by ``(seed, epoch)``.
-
-    Args:
-        length: the number of elements ``n``.
-        seed, epoch: the key; any integers (reduced modulo ``2^64``).
-    """
+    """The permutation of ``[0, length)`` keyed by ``(seed, epoch)``, integers reduced modulo ``2^64``."""
 
     def __init__(self, length: int, seed: int, epoch: int) -> None:
         self.length = length

@@ -91,21 +91,18 @@ class ScalableRandomSampler(SeedableRandomSampler):
 
 
 def scalable_batch_sampler(batch_sampler: Any, data_seed: int | None) -> Any:
-    """``batch_sampler`` with its ``RandomSampler`` replaced by a ``ScalableRandomSampler`` (a copy:
-    the user's objects are not changed); a sequential one, which shuffles nothing, as it is.
+    """``batch_sampler`` with its ``RandomSampler`` replaced by a ``ScalableRandomSampler`` (a copy); a
+    sequential one, which shuffles nothing, as it is.
 
     Raises:
-        ValueError: for what a keyed order cannot serve: a batch sampler that is not a plain
-            ``BatchSampler``, a sampler that is not a plain ``RandomSampler``, a ``generator``, sampling
-            with replacement or ``num_samples``.
+        ValueError: for what a keyed order cannot serve: another batch sampler or sampler than a plain
+            ``BatchSampler`` / ``RandomSampler``, a ``generator``, replacement or ``num_samples``.
     """
     sampler = getattr(batch_sampler, "sampler", None)
     if type(sampler) is SequentialSampler or type(sampler) is ScalableRandomSampler:
         return batch_sampler
     if type(batch_sampler) is not BatchSampler or type(sampler) is not RandomSampler:
-        shown = (
-            type(sampler).__name__ if type(batch_sampler) is BatchSampler else type(batch_sampler).__name__
-        )
+        shown = type(sampler if type(batch_sampler) is BatchSampler else batch_sampler).__name__
         raise ValueError(
             f"`scalable_shuffle=True` replaces a plain `RandomSampler` (`shuffle=True`) in a plain `BatchSampler`, "
             f"but this loader's order comes from a `{shown}`, whose order it cannot compute position by "

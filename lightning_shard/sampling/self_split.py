@@ -41,11 +41,8 @@ class SelfSplit:
         """Called in the loader's process before each pass over the dataset (workers included) in ``epoch``."""
 
     def check_batches(self, batch_size: int | None, num_workers: int) -> None:
-        """Refuse a loader of this batch size and number of workers if the dataset cannot be read by it.
-
-        Raises:
-            ValueError: naming the setting and the fix.
-        """
+        """Refuse (a ``ValueError`` naming the setting and the fix) a loader of this batch size and number of
+        workers if the dataset cannot be read by it."""
 
     def other_count(self, saved: int, now: int) -> str:
         """Why a position within an epoch read by ``saved`` processes has no counterpart on ``now``."""
@@ -60,11 +57,7 @@ class SelfSplit:
 
     def restore(self, state: dict[str, Any], epoch: int, consumed: int) -> None:
         """Have the library continue ``epoch`` after ``consumed`` samples at its next pass (``resumes_itself``
-        only).
-
-        Raises:
-            ValueError: when this dataset cannot continue ``state`` exactly.
-        """
+        only); a ``ValueError`` when this dataset cannot continue ``state`` exactly."""
 
 
 def declared(dataset: Any) -> SelfSplit | None:

@@ -25,12 +25,8 @@ _SHOWN = 4
 
 @dataclass(frozen=True)
 class Fingerprint:
-    """A digest of the first elements a process read, and what they were.
-
-    Attributes:
-        digest: 62 bits of a BLAKE2 hash of the elements' identities (or contents).
-        by_content: whether nothing identified the elements, so their whole content was hashed.
-        shown: the first few elements' identities, for the refusal.
+    """A digest of the first elements a process read (62 bits of a BLAKE2 hash of their identities, or of
+    their whole contents ``by_content`` when nothing identified them), and the first few identities ``shown``.
     """
 
     digest: int
