@@ -304,10 +304,8 @@ def expected_padding_and_missing(
     drop_last: bool = False,
     dispatch: bool = False,
 ) -> tuple[int, int]:
-    """Duplicates that padding adds, and samples ``drop_last`` drops, in one epoch over all processes.
-
-    For loaders built by ``prepare_data_loader`` with a fixed ``batch_size`` (the user's).
-    """
+    """Duplicates that padding adds, and samples ``drop_last`` drops, in one epoch over all processes, for
+    loaders built by ``prepare_data_loader`` with a fixed ``batch_size`` (the user's)."""
     step = batch_size if split_batches else batch_size * num_processes
     rest = dataset_length % step if step else 0
     if drop_last:

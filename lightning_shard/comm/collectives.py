@@ -1,8 +1,5 @@
-"""The collectives the core uses: objects and tensors across the default process group.
-
-Each is the identity (or a one-element list) without a running process group, so single-process code
-paths need no special case.
-"""
+"""The collectives the core uses: objects and tensors across the default process group; each is the identity
+(or a one-element list) without one, so single-process code paths need no special case."""
 
 from __future__ import annotations
 
@@ -66,11 +63,9 @@ def communication_device() -> torch.device:
 
 @functools.cache
 def destroy_group_at_exit() -> None:
-    """Destroy the default process group when the interpreter exits, if it is still initialised (once).
-
-    A gloo group left to the interpreter's teardown aborts now and then (exit 134) when rank 0, which hosts
-    the store, exits while another rank is still connected; Lightning registers this for NCCL only.
-    """
+    """Destroy the default process group when the interpreter exits, if it is still initialised (once): a
+    gloo group left to the teardown aborts now and then (exit 134) when rank 0, which hosts the store, exits
+    while another rank is still connected. Lightning registers this for NCCL only."""
     atexit.register(_destroy_default_group)
 
 

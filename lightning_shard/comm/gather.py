@@ -50,7 +50,6 @@ def gather_in_process_order(data: Any, sources: Sequence[int] | None = None) -> 
         parts = all_gather_objects(_to_cpu(data))
         return merge_parts(parts if sources is None else [parts[rank] for rank in sources])
     if low[_UNIFORM] and low[_ROWS] == high[_ROWS] and sources is None:
-        # NOTE: every process has as many rows: one all-gather per leaf, nothing to cut.
         gathered = [_all_gather_leaf(torch.atleast_1d(leaf)) for leaf in leaves]
     else:
         rows = _leaf_rows(leaves, header, bool(low[_UNIFORM]))

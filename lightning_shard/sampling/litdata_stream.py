@@ -21,10 +21,8 @@ class LitDataSplit(SelfSplit):
     def split(self, num_processes: int, process_index: int, drop_last: bool) -> None:
         """Make LitData split the dataset among ``num_processes`` processes, this one being ``process_index``,
         with the loader's ``drop_last``: every process must split with the same values, and LitData's own
-        come from a detection that differs between the processes of one job (docs/DESIGN.md, "LitData").
-
-        NOTE: sets the user's dataset in place (idempotent): a copy of a combined dataset would have to
-        replace its private list of datasets.
+        come from a detection that differs between the processes of one job (docs/DESIGN.md, "LitData"). In
+        place (idempotent): a copy of a combined dataset would have to replace its private list of datasets.
         """
         for stream in _streaming_datasets(self.dataset):
             # NOTE: LitData's environment class through the instance: its name is private to LitData.

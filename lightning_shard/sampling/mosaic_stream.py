@@ -20,11 +20,7 @@ class MosaicSplit(SelfSplit):
 
     def split(self, num_processes: int, process_index: int, drop_last: bool) -> None:
         """Check that the dataset was built for ``num_processes`` processes (it reads its rank and world size
-        from the environment when it is built, and cannot be told them afterwards).
-
-        Raises:
-            ValueError: when its length says it was built for another number of processes.
-        """
+        from the environment when built, and cannot be told them afterwards): a ``ValueError`` if not."""
         dataset = self.dataset
         expected = -(-int(dataset.epoch_size) // num_processes)
         if len(dataset) != expected:
@@ -41,11 +37,8 @@ class MosaicSplit(SelfSplit):
         self.dataset.next_epoch = epoch
 
     def check_batches(self, batch_size: int | None, num_workers: int) -> None:
-        """Refuse a loader whose workers would not read the samples in the library's order.
-
-        Raises:
-            ValueError: with workers, when the dataset's ``batch_size`` is not this process's batch size.
-        """
+        """Refuse (a ``ValueError``) a loader with workers when the dataset's ``batch_size`` is not this
+        process's batch size: its workers would not read the samples in the library's order."""
         own = getattr(self.dataset, "batch_size", None)
         if num_workers > 0 and own != batch_size:
             raise ValueError(

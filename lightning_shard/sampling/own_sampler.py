@@ -14,9 +14,6 @@ from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
 from lightning_shard.sampling.samplers import SeedableRandomSampler, ShowsWrapped, scalable_batch_sampler
 
-_FREE_OF_DRAWS = (SequentialSampler,)
-"""Sampler classes whose order draws nothing."""
-
 
 def _over_sampler_with_generator(batch_sampler: Any, sampler: Any) -> Any:
     """``batch_sampler`` over a shallow copy of ``sampler`` (same class and attributes) drawing from a
@@ -36,7 +33,7 @@ def may_draw_globally(batch_sampler: Any) -> bool:
     if type(batch_sampler).__iter__ is not BatchSampler.__iter__:
         return True
     sampler = getattr(batch_sampler, "sampler", None)
-    return not (type(sampler) in _FREE_OF_DRAWS or getattr(sampler, "generator", None) is not None)
+    return not (type(sampler) is SequentialSampler or getattr(sampler, "generator", None) is not None)
 
 
 class OwnDraws(ShowsWrapped):

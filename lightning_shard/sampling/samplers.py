@@ -142,9 +142,6 @@ class SeekableBatchSampler(Protocol):
         ...
 
 
-_CHILD_ATTRIBUTES = ("batch_sampler", "sampler")
-
-
 def forward_epoch(child: Any, epoch: int) -> None:
     """Set ``epoch`` on ``child`` and on everything it wraps (``batch_sampler``, ``sampler``), each once
     (docs/DESIGN.md, "Epoch purity"). The walk goes on below an object with a ``set_epoch`` of its own: a
@@ -159,7 +156,7 @@ def forward_epoch(child: Any, epoch: int) -> None:
         seen.add(id(node))
         if callable(getattr(node, "set_epoch", None)):
             node.set_epoch(epoch)
-        stack.extend(getattr(node, name, None) for name in _CHILD_ATTRIBUTES)
+        stack.extend(getattr(node, name, None) for name in ("batch_sampler", "sampler"))
 
 
 class ShowsWrapped:

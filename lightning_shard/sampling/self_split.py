@@ -11,12 +11,8 @@ from typing import Any
 
 
 class SelfSplit:
-    """A dataset that splits itself by rank, as recognised.
-
-    Args:
-        dataset: the user's dataset.
-        reason: how it splits itself, completing "a dataset that ..." (``"declares `splits_by_rank = True`"``).
-    """
+    """A dataset that splits itself by rank, as recognised; ``reason`` says how, completing "a dataset
+    that ..." (``"declares `splits_by_rank = True`"``)."""
 
     dispatchable = False
     """Whether process 0 can be made to read all of it (``split(1, 0, ...)``), so that it can be dispatched."""
