@@ -1,13 +1,10 @@
 """Batch-level data sharding across processes for PyTorch Lightning, exact and resumable.
 
 The core (``sampling``, ``loaders``, ``comm``, ``prepare``, ``options``, ``optim``, ``audit``) imports only
-torch and torchdata; ``lightning_shard.lightning`` is the Lightning adapter. Importing this package
-imports the adapter too (Lightning is a dependency), which registers the ``"shard"`` strategies.
-
-The top level holds the seed's names, the Lightning entry points and what a user implements or
+torch and torchdata; ``lightning_shard.lightning`` is the Lightning adapter, which importing this package
+imports too (registering the ``"shard"`` strategies). The top level holds what a user calls, implements or
 catches; the parts a loop or a strategy plugs into are imported from the module that owns them
-(``ResumeHook`` and ``Consumed`` from ``lightning_shard.loaders.position``, ``StrategyOptions`` from
-``lightning_shard.options``, ...; docs/reference.md lists each with its module).
+(docs/reference.md lists each with its module).
 """
 
 from lightning_shard.audit import AuditReport, ShardAudit

@@ -1,13 +1,9 @@
 """``ShardAudit``: which samples the processes consumed in an epoch, exactly, in ``dataset / 8`` bytes.
 
-Each process records the dataset indices it consumed in two bitmaps, *seen* (at least once) and
-*repeated* (at least twice), plus a count of records. That is enough for exact totals: the samples
-covered are the bits of *seen*, the extra consumptions are ``records - covered`` (however many times a
-sample repeats), the missing samples are ``dataset_length - covered``. Bitmaps merge exactly across
-processes (``seen = a | b``, ``repeated = ra | rb | (a & b)``); ``gather`` does that for all processes
-at once by summing each sample's state (0, 1 or 2) in compact all-reduces, so a process's memory and
-traffic stay ``O(dataset_length)`` whatever the number of processes (docs/DESIGN.md, "Scale").
-Padding (``even_batches``) and the samples ``drop_last`` drops are allowed, in the counts given.
+Each process records the dataset indices it consumed in two bitmaps, *seen* (at least once) and *repeated*
+(at least twice), plus a count of records: enough for exact totals (covered: the bits of *seen*; extra
+consumptions: ``records - covered``; missing: ``dataset_length - covered``) and for an exact merge across
+processes (docs/DESIGN.md, "Scale"). Padding and what ``drop_last`` drops are allowed, in the counts given.
 """
 
 from __future__ import annotations
@@ -210,13 +206,11 @@ class ShardAudit:
         return merged
 
     def gather(self, group: Any = None) -> ShardAudit:
-        """The audit of every process's records (a collective: call it on every process).
+        """The audit of every process's records (a collective: call it on every process), the same everywhere.
 
-        Each sample's state on a process (0: unseen, 1: seen once, 2: repeated) is summed over the
-        processes by all-reduces of ``_COUNT_CHUNK`` samples at a time, and the sums are packed back into
-        the two bitmaps (``seen``: a sum of 1 or more, ``repeated``: 2 or more). A process sends,
-        receives and holds ``O(dataset_length)`` bytes whatever the number of processes (docs/DESIGN.md,
-        "Scale"); the result is the same everywhere. Without a process group, a copy of this audit.
+        Each sample's state on a process (0: unseen, 1: seen once, 2: repeated) is summed over the processes
+        by all-reduces of ``_COUNT_CHUNK`` samples at a time, so a process sends, receives and holds
+        ``O(dataset_length)`` bytes whatever the number of processes. Without a process group, a copy.
 
         Raises:
             ValueError: on every process, if the processes audit datasets of different lengths.
@@ -310,10 +304,8 @@ def expected_padding_and_missing(
     drop_last: bool = False,
     dispatch: bool = False,
 ) -> tuple[int, int]:
-    """Duplicates that padding adds, and samples ``drop_last`` drops, in one epoch over all processes.
-
-    For loaders built by ``prepare_data_loader`` with a fixed ``batch_size`` (the user's).
-    """
+    """Duplicates that padding adds, and samples ``drop_last`` drops, in one epoch over all processes, for
+    loaders built by ``prepare_data_loader`` with a fixed ``batch_size`` (the user's)."""
     step = batch_size if split_batches else batch_size * num_processes
     rest = dataset_length % step if step else 0
     if drop_last:

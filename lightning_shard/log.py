@@ -1,12 +1,7 @@
 """lightning_shard's own logger, ``logging.getLogger("lightning_shard")``: the plan line, the notices and the
-warnings, each from rank zero only (the ranks would repeat one another).
-
-Set up as Lightning sets up ``"lightning.pytorch"``: at level ``INFO``, with a handler to ``stderr`` of its
-own unless the root logger has handlers (then its records go there), so a user raises its level, filters
-it or sends it elsewhere as they do Lightning's. A warning stays a Python warning of its category
-(``warnings.filterwarnings`` by category works: ``StreamShardingWarning``, ``WorkerCountWarning``, ...),
-and is issued only while the logger lets ``WARNING`` through: ``setLevel(logging.ERROR)`` silences
-everything of ours.
+warnings, each from rank zero only, set up as Lightning sets up ``"lightning.pytorch"`` (docs/DESIGN.md, "Logs
+and warnings"). A warning stays a Python warning of its category, issued only while the logger lets
+``WARNING`` through: ``setLevel(logging.ERROR)`` silences everything of ours.
 """
 
 from __future__ import annotations
@@ -33,29 +28,20 @@ def process_rank() -> int:
     return 0
 
 
-class RankZeroFilter(logging.Filter):
-    """Lets a record through on rank zero only."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return process_rank() == 0
-
-
 def info(message: str) -> None:
     """Log ``message`` (a plan line, a notice) at ``INFO``, from rank zero."""
     logger.info(message)
 
 
 def warn(message: str, category: type[Warning] = UserWarning, stacklevel: int = 2) -> None:
-    """Issue ``message`` as a warning of ``category`` from rank zero, unless the logger is set above ``WARNING``.
-
-    ``stacklevel`` counts from the caller, as for ``warnings.warn``.
-    """
+    """Issue ``message`` as a warning of ``category`` from rank zero, unless the logger is set above ``WARNING``
+    (``stacklevel`` counts from the caller, as for ``warnings.warn``)."""
     if process_rank() == 0 and logger.isEnabledFor(logging.WARNING):
         warnings.warn(message, category, stacklevel=stacklevel + 1)
 
 
 logger.setLevel(logging.INFO)
-logger.addFilter(RankZeroFilter())
+logger.addFilter(lambda record: process_rank() == 0)
 # NOTE: as `lightning.pytorch` does: if the root logger has handlers, its records go there (and pytest's
 # capture sees them); otherwise a handler of its own, so that the plan line shows by default.
 if not logging.getLogger().hasHandlers():

@@ -242,11 +242,8 @@ class ShardScheduler:
 def _placed_on_param_devices(
     state_dict: dict[str, Any], param_groups: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    """Return ``state_dict`` with each parameter's state moved to that parameter's device.
-
-    Saved parameter ids pair with the current parameters in group order, as in
-    ``Optimizer.load_state_dict``; state of ids without a parameter is left alone.
-    """
+    """Return ``state_dict`` with each parameter's state moved to that parameter's device; saved ids pair with
+    the parameters in group order, as in ``Optimizer.load_state_dict`` (ids without one are left alone)."""
     saved_ids = itertools.chain.from_iterable(group["params"] for group in state_dict.get("param_groups", []))
     params = itertools.chain.from_iterable(group["params"] for group in param_groups)
     # NOTE: `strict=False`: on a size mismatch `Optimizer.load_state_dict` raises its own, clearer error.

@@ -1,10 +1,9 @@
 """The one home of every option: its name, default, type and documentation.
 
-``ShardOptions`` carries the loader options from the strategy (or a ``ShardDataModule``'s per-stage
-overrides) down to ``prepare_data_loader``; ``StrategyOptions`` holds the few that only a strategy
-has. ``prepare_data_loader`` and the strategies keep flat keyword signatures (users and LightningCLI
-need them); ``tests/core/test_options.py`` fails when those signatures disagree with the fields here, and
-the documentation's options table is rendered from them (``option_table()``, docs/options.md).
+``ShardOptions`` carries the loader options from the strategy (or a ``ShardDataModule``'s per-stage overrides)
+down to ``prepare_data_loader``; ``StrategyOptions`` holds the few only a strategy has. The flat keyword
+signatures that take them (users and LightningCLI need them) are tested against these fields, and the
+documentation's options table is rendered from them (``option_table()``, docs/options.md).
 """
 
 from __future__ import annotations
@@ -23,15 +22,9 @@ _DOC = "doc"
 _STRATEGY_DEFAULT = "strategy_default"
 
 
-_NO_STRATEGY_DEFAULT: Any = object()
-
-
-def _option(default: Any, doc: str, *, strategy_default: Any = _NO_STRATEGY_DEFAULT) -> Any:
-    """A dataclass field with its documentation; ``strategy_default`` when a strategy defaults otherwise."""
-    metadata = {_DOC: doc}
-    if strategy_default is not _NO_STRATEGY_DEFAULT:
-        metadata[_STRATEGY_DEFAULT] = strategy_default
-    return field(default=default, metadata=metadata)
+def _option(default: Any, doc: str, **metadata: Any) -> Any:
+    """A dataclass field with its documentation; ``strategy_default=`` when a strategy defaults otherwise."""
+    return field(default=default, metadata={_DOC: doc, **metadata})
 
 
 _O = TypeVar("_O", bound="_Options")
@@ -40,12 +33,8 @@ _O = TypeVar("_O", bound="_Options")
 class _Options:
     @classmethod
     def pick(cls: type[_O], values: Mapping[str, Any]) -> _O:
-        """The options among ``values``, a mapping that holds other keys too (a flat signature's
-        ``locals()``, a strategy's arguments): the keys named like a field are taken, the others left.
-
-        NOTE: not a check of the keys: a misspelled option is refused by the signature that takes it
-        (``check_keywords`` for a strategy's ``**kwargs``), never here.
-        """
+        """The options among ``values`` (a flat signature's ``locals()``, a strategy's arguments), other keys
+        left. Not a check: the signature that takes a misspelled option refuses it (``check_keywords``)."""
         return cls(**{name: values[name] for name in option_names(cls) if name in values})
 
 

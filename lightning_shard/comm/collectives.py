@@ -1,8 +1,5 @@
-"""The collectives the core uses: objects and tensors across the default process group.
-
-Each is the identity (or a one-element list) without a running process group, so single-process code
-paths need no special case.
-"""
+"""The collectives the core uses: objects and tensors across the default process group; each is the identity
+(or a one-element list) without one, so single-process code paths need no special case."""
 
 from __future__ import annotations
 
@@ -66,13 +63,9 @@ def communication_device() -> torch.device:
 
 @functools.cache
 def destroy_group_at_exit() -> None:
-    """Destroy the default process group when the interpreter exits, if it is still initialised (once).
-
-    NOTE: a gloo group left to the interpreter's teardown aborts now and then ("terminate called without an
-    active exception", exit 134) when rank 0, which hosts the store, exits while another rank is still
-    connected: about 1 fit in 20 here. Lightning registers this for NCCL only; destroying the group first
-    ends its threads in order (0 aborts in 20 runs that aborted 1 in 8 without).
-    """
+    """Destroy the default process group when the interpreter exits, if it is still initialised (once): a
+    gloo group left to the teardown aborts now and then (exit 134) when rank 0, which hosts the store, exits
+    while another rank is still connected. Lightning registers this for NCCL only."""
     atexit.register(_destroy_default_group)
 
 

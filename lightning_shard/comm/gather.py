@@ -1,16 +1,9 @@
 """``gather_in_process_order``: what every process holds, joined in process order, whatever it is.
 
-Tensor trees of one structure on every process are gathered leaf by leaf with tensor collectives (rows
-may differ per process); anything else (strings, lists of dicts, trees that differ per process) is
-gathered as objects and merged: lists concatenated, dicts merged key by key, tensors concatenated.
-
-The tensor path is vectorised, so its Python work does not grow with the number of processes
-(docs/DESIGN.md, "Scale"): one all-gather of a four-number header per process (a hash of the
-structure, whether it is all tensors, its rows, whether every leaf has as many), read back in one
-device-to-host copy; a second small all-gather of per-leaf rows only when a tree's leaves differ in
-rows; then one padded all-gather into a single tensor per leaf, cut by one index. The header is
-compared before any leaf is gathered, so a tree that differs on some process can never pair mismatched
-tensor collectives (docs/DESIGN.md, "Exact evaluation").
+Tensor trees of one structure on every process are gathered leaf by leaf with tensor collectives (rows may
+differ per process), after one all-gather of a four-number header per process that is compared first, so
+mismatched trees never pair tensor collectives (docs/DESIGN.md, "Scale", "Exact evaluation"); anything
+else is gathered as objects and merged: lists concatenated, dicts key by key, tensors concatenated.
 """
 
 from __future__ import annotations
@@ -42,15 +35,9 @@ _NATIVE = (
 
 
 def gather_in_process_order(data: Any, sources: Sequence[int] | None = None) -> Any:
-    """``data`` of every process, joined along the first dimension in process order.
-
-    A scalar tensor counts as one row. Without a process group, ``data`` itself.
-
-    Args:
-        data: this process's part.
-        sources: the global ranks whose parts are kept, in that order (``None``: every rank). Every rank
-            still takes part: under a mesh the ranks of one data-parallel index hold the same data, and
-            only one of them counts.
+    """``data`` of every process, joined along the first dimension in process order (a scalar tensor is one
+    row); without a process group, ``data`` itself. ``sources``: the global ranks whose parts are kept, in
+    that order (``None``: all); every rank still takes part (under a mesh only one rank of an index counts).
     """
     if not is_distributed() or dist.get_world_size() == 1:
         return data
@@ -63,7 +50,6 @@ def gather_in_process_order(data: Any, sources: Sequence[int] | None = None) -> 
         parts = all_gather_objects(_to_cpu(data))
         return merge_parts(parts if sources is None else [parts[rank] for rank in sources])
     if low[_UNIFORM] and low[_ROWS] == high[_ROWS] and sources is None:
-        # NOTE: every process has as many rows: one all-gather per leaf, nothing to cut.
         gathered = [_all_gather_leaf(torch.atleast_1d(leaf)) for leaf in leaves]
     else:
         rows = _leaf_rows(leaves, header, bool(low[_UNIFORM]))
@@ -114,11 +100,8 @@ def _all_gather_leaf(leaf: torch.Tensor) -> torch.Tensor:
 
 
 def _gather_leaf(leaf: torch.Tensor, rows: torch.Tensor, sources: Sequence[int] | None) -> torch.Tensor:
-    """``leaf`` of every process (of ``sources``), concatenated along dimension 0 (a scalar is one row).
-
-    ``rows`` (on the CPU) holds each process's row count: each process pads to the longest, one
-    all-gather fills an ``[N * longest, ...]`` tensor, and one index keeps the real rows in order.
-    """
+    """``leaf`` of every process (of ``sources``), concatenated along dimension 0: padded to the longest of
+    ``rows`` (each process's count, on the CPU), all-gathered at once, the real rows kept by one index."""
     leaf = torch.atleast_1d(leaf)
     longest = int(rows.max())
     if leaf.shape[0] < longest:

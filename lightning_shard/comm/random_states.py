@@ -1,12 +1,6 @@
-"""Each process's random states, saved by that process with a checkpoint and given back to it when the
-run resumes on the same number of processes (docs/DESIGN.md, "Random states on resume").
-
-Lightning saves no random state, so a fit resumed mid-epoch reads the same batches but draws other
-dropout masks. As the reference does, each process saves its own (``own_part``, about 17 KB, no
-collective): what one process writes does not grow with the number of processes. Checkpoints of 0.3.0
-hold every process's states gathered in process 0's (``GATHERED``); ``own_state`` still reads them. Every
-value is a tensor, an int, a float, a string, ``None`` or a list or dict of them, so the saved states
-load with ``torch.load(weights_only=True)``. NumPy and CUDA are included where they are present.
+"""Each process's random states (torch's, CUDA's where initialised, NumPy's, Python's), saved by that process
+with a checkpoint and given back to it when the run resumes on the same number of processes (docs/DESIGN.md,
+"Random states on resume"). Every value is a tensor or plain data: they load with ``weights_only=True``.
 """
 
 from __future__ import annotations
@@ -14,6 +8,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import numpy
 import torch
 
 from lightning_shard.comm.collectives import global_rank, world_size
@@ -33,16 +28,15 @@ def capture() -> dict[str, Any]:
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
-    numpy = _numpy()
-    if numpy is not None:
-        kind, keys, position, has_gauss, cached = numpy.random.get_state()
-        state["numpy"] = {
-            "kind": str(kind),
-            "keys": torch.from_numpy(keys.astype(numpy.int64)),
-            "position": int(position),
-            "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached),
-        }
+    legacy: Any = numpy.random.get_state()  # NOTE: typed as a union with the dict form `legacy=False` gives.
+    kind, keys, position, has_gauss, cached = legacy
+    state["numpy"] = {
+        "kind": str(kind),
+        "keys": torch.from_numpy(keys.astype(numpy.int64)),
+        "position": int(position),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached),
+    }
     return state
 
 
@@ -53,8 +47,7 @@ def restore(state: dict[str, Any]) -> None:
     random.setstate((python["version"], tuple(python["internal"].tolist()), python["gauss"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-    numpy = _numpy()
-    if "numpy" in state and numpy is not None:
+    if "numpy" in state:
         saved = state["numpy"]
         keys = saved["keys"].numpy().astype(numpy.uint32)
         numpy.random.set_state(
@@ -88,11 +81,3 @@ def resume_notice(saved: dict[str, Any]) -> str | None:
         "not by this run's number: each process's random streams (dropout, and any other draw of the model) "
         "start afresh instead of continuing where the checkpoint left them."
     )
-
-
-def _numpy() -> Any:
-    try:
-        import numpy
-    except ImportError:  # pragma: no cover - NumPy comes with torch's usual installs
-        return None
-    return numpy

@@ -58,11 +58,9 @@ def normalize_rng_types(
 
 
 def synchronize_rng_states(rng_types: tuple[str, ...], generator: torch.Generator | None) -> None:
-    """Copy process 0's state of each generator in ``rng_types`` to every process (one collective).
-
-    Over the default group: under a mesh every rank, tensor-parallel peers included, gets global rank 0's
-    state, so the ranks of one data-parallel index draw the same order (docs/DESIGN.md, "What the mesh
-    decides").
+    """Copy process 0's state of each generator in ``rng_types`` to every process (one collective), over the
+    default group: under a mesh every rank gets global rank 0's state, so the ranks of one data-parallel
+    index draw the same order (docs/DESIGN.md, "What the mesh decides").
     """
     if not rng_types:
         return

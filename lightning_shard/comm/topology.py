@@ -1,8 +1,6 @@
-"""Data-parallel topology: how many processes share the data and which one this is.
-
-Read from the running ``torch.distributed`` group (1 and 0 without one) or from a ``DeviceMesh``, where
-only the data-parallel dimensions split the data: ranks that differ only in tensor / context /
-pipeline parallel coordinates get the same batches (docs/DESIGN.md, "What the mesh decides").
+"""Data-parallel topology: how many processes share the data and which one this is, from the running
+``torch.distributed`` group or from a ``DeviceMesh``, where only the data-parallel dimensions split the data
+(docs/DESIGN.md, "What the mesh decides").
 """
 
 from __future__ import annotations
@@ -23,11 +21,8 @@ DATA_PARALLEL_MESH_DIMS = ("data_parallel", "dp", "dp_replicate", "dp_shard", "f
 
 @dataclass(frozen=True)
 class Topology:
-    """The data-parallel size ``num_processes`` and this process's ``process_index`` in it.
-
-    ``rank_indices`` is the data-parallel index of every global rank (entry ``r`` for rank ``r``) when
-    several ranks share one (a mesh with tensor- or context-parallel dimensions); ``None`` when the
-    process group is the data-parallel group, rank ``r`` being index ``r``.
+    """The data-parallel size ``num_processes``, this process's ``process_index`` in it, and ``rank_indices``,
+    every global rank's data-parallel index when ranks share one (``None``: rank ``r`` is index ``r``).
     """
 
     num_processes: int
@@ -36,11 +31,8 @@ class Topology:
 
     @property
     def leaders(self) -> tuple[int, ...]:
-        """The global rank that speaks for each data-parallel index (its lowest), in index order.
-
-        Collectives that count data (gathering outputs, merging audits) keep only these ranks' parts:
-        the other ranks of an index hold the same batches.
-        """
+        """The global rank that speaks for each data-parallel index (its lowest), in index order: collectives
+        that count data keep only these ranks' parts, the other ranks of an index holding the same batches."""
         if self.rank_indices is None:
             return tuple(range(self.num_processes))
         first: dict[int, int] = {}

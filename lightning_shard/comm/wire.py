@@ -1,13 +1,9 @@
 """Point-to-point transfer of one process's slice of a dispatched batch (docs/DESIGN.md, "Scatter dispatch").
 
-A slice travels as a *control* message, then its large tensors, each on its own and sent from and
-received into its own memory (no copy on either side). The control message is a fixed header followed
-by the bytes of all small tensors packed together; its size is known to the receiver in advance from
-the slice's layout (structure, dtypes, shapes), which both ends remember. When the layout changes the
-control message carries the header only (padded to the size the receiver expects), and the new
-layout and the small tensors follow in messages of their own. Non-tensor sequence leaves (strings),
-when there are any, follow pickled. So a slice whose layout does not change costs one message plus
-one per large tensor: on a busy machine each message waits for the peer to be scheduled.
+A slice travels as a *control* message (a fixed header, then the small tensors' bytes packed together, of a
+size both ends know from the slice's layout), then each large tensor on its own, from and into its own
+memory. A changed layout follows the header (padded to the expected size) in messages of its own, as do
+pickled sequence leaves (strings): a slice whose layout stays costs one message plus one per large tensor.
 """
 
 from __future__ import annotations

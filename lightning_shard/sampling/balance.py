@@ -1,11 +1,6 @@
-"""The ``even_batches="balanced"`` tail: the end of an epoch split into real samples only.
-
-Every process runs as many steps and no step repeats a sample: the last global batch, when it holds at
-least ``N`` samples, is cut into ``N`` contiguous chunks whose sizes differ by at most one; when it holds
-fewer, it is merged with the global batch before it and the merge is cut the same way (one step fewer,
-chunks of up to ``B + 1``). Chunks go to processes in rank order, so gathering in process order keeps
-the epoch's order. Only an epoch with fewer samples than processes cannot be balanced: it is padded
-as with ``even_batches=True`` (docs/DESIGN.md, "Exact evaluation").
+"""The ``even_batches="balanced"`` tail: the end of an epoch split into real samples only (docs/DESIGN.md,
+"Exact evaluation"). The last global batch is cut into ``N`` contiguous chunks in rank order, sizes differing
+by at most one; one of fewer than ``N`` samples is merged with the global batch before it first.
 """
 
 from __future__ import annotations

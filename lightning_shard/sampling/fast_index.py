@@ -1,11 +1,8 @@
 """Vectorised index path (docs/DESIGN.md, "Fast index path"): one process's batches by arithmetic on the epoch's order.
 
-For a plain ``BatchSampler`` over a standard sampler, the epoch's order is one tensor (``arange`` or
-the ``randperm`` the sampler itself would draw), or, for a ``ScalableRandomSampler``, a
-``KeyedPermutation`` evaluated only at this process's positions (docs/DESIGN.md, "Scale"). The global batches are consecutive slices of it, so a
-process's batches are a strided view, plus at most one tail batch built from the end-of-epoch padding
-rule: the order continues with the start of the epoch (the first ``N`` batches, or the first batch
-with ``split_batches``), cycled as often as needed.
+The global batches are consecutive slices of the order (a tensor, the identity, or a ``KeyedPermutation``
+evaluated at this process's positions only), so a process's batches are a strided view, plus at most one
+tail batch padded from the epoch's start (its first global batch), cycled as often as needed.
 """
 
 from __future__ import annotations
@@ -66,12 +63,6 @@ class ShardLayout:
             return full, r * (b // n), b, b // n
         return full // n, r * b, n * b, b
 
-    def main_rows(self, order: torch.Tensor) -> torch.Tensor:
-        """This process's full batches that need no padding, as a ``(rows, width)`` view."""
-        rows, first, stride, width = self.row_geometry()
-        groups = order[: rows * stride].view(rows, stride)
-        return groups[:, first : first + width]
-
     def tail_span(self) -> tuple[int, int] | None:
         """Positions ``[start, stop)`` in the padded epoch of this process's last batch, if any."""
         n, b, r, length = self.num_processes, self.batch_size, self.process_index, self.length
@@ -107,21 +98,19 @@ class ShardLayout:
         return self.row_geometry()[0] + (self.tail_span() is not None)
 
     def iter_batches(self, order: Order, start: int = 0, offset: int = 0) -> Iterator[list[int]]:
-        """Yield this process's batches from batch ``start`` on, as lists of ints.
-
-        ``order`` is the epoch's order (a tensor, from this layout's position 0); ``None`` means the
-        identity shifted by ``offset`` (a sequential sampler), computed with ranges instead of tensors; a
-        ``KeyedPermutation`` is evaluated at this process's positions shifted by ``offset``.
+        """Yield this process's batches from batch ``start`` on, as lists of ints, from ``order``: a tensor
+        (from this layout's position 0), ``None`` (the identity) or a ``KeyedPermutation``, these two shifted
+        by ``offset``.
         """
-        rows = self.row_geometry()[0]
+        rows, first, stride, width = self.row_geometry()
         if order is None:
             yield from self._identity_rows(start, offset)
         elif isinstance(order, KeyedPermutation):
             yield from self._keyed_rows(order, start, offset)
         else:
-            main = self.main_rows(order)
-            for first in range(start, rows, _CHUNK_ROWS):
-                yield from main[first : first + _CHUNK_ROWS].tolist()
+            main = order[: rows * stride].view(rows, stride)[:, first : first + width]
+            for begin in range(start, rows, _CHUNK_ROWS):
+                yield from main[begin : begin + _CHUNK_ROWS].tolist()
         tail = self.tail_positions()
         if tail is not None and start <= rows:
             yield self._tail_batch(order, tail, offset)
@@ -154,9 +143,7 @@ def _draw_random(sampler: RandomSampler) -> torch.Tensor:
     n = len(sampler.data_source)
     if isinstance(sampler, SeedableRandomSampler):
         return torch.randperm(n, generator=sampler.reseed())
-    if sampler.generator is None:
-        return torch.randperm(n, generator=own_generator())
-    return torch.randperm(n, generator=sampler.generator)
+    return torch.randperm(n, generator=sampler.generator or own_generator())
 
 
 def _finish_random(sampler: RandomSampler) -> None:

@@ -1,13 +1,6 @@
 """LitData's streaming datasets: recognised by class, split by LitData itself for this job's data-parallel
-rank and size (docs/DESIGN.md, "LitData").
-
-LitData assigns its chunks' items to ranks and ``DataLoader`` workers by itself, from the rank and world
-size it detects when the dataset is built (``StreamingDataset.distributed_env``). Built before the
-process group exists (a script's top, a ``LightningDataModule.__init__``) it detects one process, so every
-rank reads the whole dataset; under a device mesh it detects the whole world, not the data-parallel
-group. So at set-up its rank and size are set to the job's data-parallel ones (and its ``drop_last`` to
-the loader's, the same on every process), and LitData's own split (by chunk, with its shuffle) then gives
-each rank a disjoint share.
+rank and size, which are set at set-up in place of those LitData detected when the dataset was built
+(docs/DESIGN.md, "LitData").
 """
 
 from __future__ import annotations
@@ -26,19 +19,10 @@ class LitDataSplit(SelfSplit):
     dispatchable = True
 
     def split(self, num_processes: int, process_index: int, drop_last: bool) -> None:
-        """Make LitData split the dataset among ``num_processes`` processes, this one being ``process_index``.
-
-        ``drop_last`` is the loader's: LitData trims every share to the same length with it, and every
-        process must split with the same value.
-
-        NOTE: sets each ``StreamingDataset``'s public ``distributed_env`` attribute and ``set_drop_last``, on
-        the user's dataset (a copy of a combined dataset would have to replace its private list of datasets);
-        idempotent, so a loader prepared again sets the same. LitData's own defaults are replaced because they
-        come from its detection when the dataset is built, which differs between the processes of one job
-        (under Lightning's launcher the first process builds it before the process group exists, the others
-        with ``WORLD_SIZE`` set: one process in the first, rank 0 of 2 in the others, ``drop_last`` off in the
-        first, on in the others), and splits computed from different values overlap. One node: LitData's node
-        count only groups chunks by node for its cache, and its detection differs between processes too.
+        """Make LitData split the dataset among ``num_processes`` processes, this one being ``process_index``,
+        with the loader's ``drop_last``: every process must split with the same values, and LitData's own
+        come from a detection that differs between the processes of one job (docs/DESIGN.md, "LitData"). In
+        place (idempotent): a copy of a combined dataset would have to replace its private list of datasets.
         """
         for stream in _streaming_datasets(self.dataset):
             # NOTE: LitData's environment class through the instance: its name is private to LitData.

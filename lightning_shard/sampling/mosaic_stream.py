@@ -1,14 +1,6 @@
 """mosaicml-streaming's ``StreamingDataset``: recognised by class, passed through as each process's own part,
-and resumed through its own state (docs/DESIGN.md, "Streams that split themselves").
-
-The dataset deals one global order of samples (a function of ``num_canonical_nodes``, ``shuffle_seed``,
-``shuffle`` and its epoch) to the ranks it detected when it was built (``RANK`` / ``WORLD_SIZE`` /
-``LOCAL_WORLD_SIZE``, as ``torchrun`` sets them), every rank the same number of samples. So a position in an
-epoch is a count of samples of that global order, which the library itself continues on any number of
-processes: its ``state_dict(num_samples, from_beginning=True)`` is saved with the loader's state and given back
-to ``load_state_dict`` on resume. The library counts its own epochs, one per pass (an abandoned pass too); the
-loader sets its ``next_epoch`` to its own epoch before each pass, so that a pass begun twice, or resumed, reads
-the epoch it is in.
+and resumed through its own state (docs/DESIGN.md, "Streams that split themselves"): a position is a count
+of samples of the library's one global order, which it continues on any number of processes.
 """
 
 from __future__ import annotations
@@ -28,11 +20,7 @@ class MosaicSplit(SelfSplit):
 
     def split(self, num_processes: int, process_index: int, drop_last: bool) -> None:
         """Check that the dataset was built for ``num_processes`` processes (it reads its rank and world size
-        from the environment when it is built, and cannot be told them afterwards).
-
-        Raises:
-            ValueError: when its length says it was built for another number of processes.
-        """
+        from the environment when built, and cannot be told them afterwards): a ``ValueError`` if not."""
         dataset = self.dataset
         expected = -(-int(dataset.epoch_size) // num_processes)
         if len(dataset) != expected:
@@ -49,11 +37,8 @@ class MosaicSplit(SelfSplit):
         self.dataset.next_epoch = epoch
 
     def check_batches(self, batch_size: int | None, num_workers: int) -> None:
-        """Refuse a loader whose workers would not read the samples in the library's order.
-
-        Raises:
-            ValueError: with workers, when the dataset's ``batch_size`` is not this process's batch size.
-        """
+        """Refuse (a ``ValueError``) a loader with workers when the dataset's ``batch_size`` is not this
+        process's batch size: its workers would not read the samples in the library's order."""
         own = getattr(self.dataset, "batch_size", None)
         if num_workers > 0 and own != batch_size:
             raise ValueError(

@@ -1,11 +1,6 @@
 """Streams that shard themselves: the protocol, its detection, and one process's share (docs/DESIGN.md,
-"Streaming data").
-
-Striding (``IterableDatasetShard``) makes every process read the whole stream and keep ``1/N`` of it.
-A dataset that can split itself is read once in total instead: process ``r`` iterates
-``dataset.shard(N, r)`` and, with ``DataLoader`` workers, worker ``w`` of ``W`` iterates
-``share.shard(W, w)`` (a Hugging Face ``datasets.IterableDataset`` splits its share among workers
-itself). A dataset that already splits itself by rank is passed through untouched.
+"Streaming data"). Process ``r`` iterates ``dataset.shard(N, r)`` and its ``DataLoader`` worker ``w`` of ``W``
+``share.shard(W, w)``, so the stream is read once in total; a dataset that splits itself is passed through.
 """
 
 from __future__ import annotations
@@ -22,10 +17,8 @@ IterableSharding: TypeAlias = Literal["auto", "native", "stride"]
 ITERABLE_SHARDING: tuple[IterableSharding, ...] = get_args(IterableSharding)
 
 StreamKind: TypeAlias = Literal["iterable", "native-stream", "self-split-stream"]
-"""How a process gets its part of a stream, as a loader's state records it (its ``sampler``): strided
-(every process reads the whole stream; ``iterable_sharding="stride"`` asks for it), its own share
-(``"native"``), or the dataset's own split by rank. NOTE: the values are what saved states hold (0.1
-recorded a strided stream as ``"iterable"``), so they stay; the names below are the ones the code uses."""
+"""How a process gets its part of a stream, as a loader's state records it (its ``sampler``): strided, its own
+share, or the dataset's own split by rank. The values are what saved states hold; the code uses the names."""
 STRIDED_STREAM: Final = "iterable"
 NATIVE_STREAM: Final = "native-stream"
 SELF_SPLIT_STREAM: Final = "self-split-stream"

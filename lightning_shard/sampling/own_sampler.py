@@ -1,13 +1,6 @@
 """The user's own sampler, kept: its class and attributes stay, its random order becomes a recorded stream
-(docs/DESIGN.md, "The user's own sampler").
-
-A sampler that draws from a ``generator`` attribute (``RandomSampler`` and its subclasses,
-``WeightedRandomSampler``, ``SubsetRandomSampler``) is copied with a generator of its own, as a
-``DataLoader`` subclass is copied. A sampler or batch sampler that may draw from torch's or Python's global
-generators (``torch.randperm(n)``, ``random.shuffle``) is wrapped in ``OwnDraws``: its draws come from a
-stream seeded at each epoch from the loader's generator, kept apart from the model's, so a resumed epoch
-draws the same order. NumPy's global generator is not covered (its state costs ~0.1 ms to swap).
-"""
+(docs/DESIGN.md, "The user's own sampler"). A sampler that draws from a ``generator`` attribute is copied
+with a generator of its own; one that may draw from the global generators is wrapped in ``OwnDraws``."""
 
 from __future__ import annotations
 
@@ -20,9 +13,6 @@ import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
 from lightning_shard.sampling.samplers import SeedableRandomSampler, ShowsWrapped, scalable_batch_sampler
-
-_FREE_OF_DRAWS = (SequentialSampler,)
-"""Sampler classes whose order draws nothing."""
 
 
 def _over_sampler_with_generator(batch_sampler: Any, sampler: Any) -> Any:
@@ -43,24 +33,16 @@ def may_draw_globally(batch_sampler: Any) -> bool:
     if type(batch_sampler).__iter__ is not BatchSampler.__iter__:
         return True
     sampler = getattr(batch_sampler, "sampler", None)
-    return not (type(sampler) in _FREE_OF_DRAWS or getattr(sampler, "generator", None) is not None)
+    return not (type(sampler) is SequentialSampler or getattr(sampler, "generator", None) is not None)
 
 
 class OwnDraws(ShowsWrapped):
-    """``batch_sampler`` with its random draws taken from a stream of its own, seeded each epoch.
+    """``batch_sampler`` with its random draws taken from a stream of its own, seeded at each ``iter()``
+    from ``generator`` (the loader's), re-seeded first with ``data_seed + epoch`` when ``data_seed`` is given.
 
-    At each ``iter()`` the stream of the epoch is seeded from ``generator`` (re-seeded with
-    ``data_seed + epoch`` first when ``data_seed`` is given, so the order is a function of the seed and
-    the epoch). With ``global_draws=True`` every step of the wrapped iterator runs with torch's CPU and
-    Python's global generators set to that stream and restored after, so the draws of the sampler and
-    those of the model never interleave.
-
-    Args:
-        batch_sampler: the user's batch sampler (not changed).
-        generator: the loader's generator; its state at the epoch's start is what the loader saves.
-        data_seed: the seed of ``use_seedable_sampler=True``, else ``None``; kept as ``initial_seed``, which
-            the loader saves and a restore sets, as a ``SeedableRandomSampler``'s.
-        global_draws: whether to isolate the global generators while the batch sampler runs.
+    With ``global_draws`` every step of the wrapped iterator runs with torch's CPU and Python's global
+    generators set to that stream and restored after, so the sampler's draws and the model's never
+    interleave. ``data_seed`` is kept as ``initial_seed``, which the loader saves (a seedable sampler's too).
     """
 
     def __init__(
@@ -156,11 +138,8 @@ def _with_own_generator(sampler: RandomSampler, seedable: bool, data_seed: int |
 def recorded_batch_sampler(
     batch_sampler: Any, *, seedable: bool, scalable: bool, data_seed: int | None
 ) -> Any:
-    """The user's batch sampler, with a recorded random order; the user's objects are not mutated.
-
-    ``seedable``, ``scalable``, ``data_seed``: the options ``use_seedable_sampler``, ``scalable_shuffle`` and
-    ``data_seed`` (``ShardOptions``).
-    """
+    """The user's batch sampler with a recorded random order (the user's objects are not mutated), under the
+    options ``use_seedable_sampler`` (``seedable``), ``scalable_shuffle`` (``scalable``) and ``data_seed``."""
     if scalable:
         return scalable_batch_sampler(batch_sampler, data_seed)
     sampler = getattr(batch_sampler, "sampler", None)
@@ -176,12 +155,8 @@ def recorded_batch_sampler(
 
 
 def _kept_with_own_randomness(batch_sampler: Any, sampler: Any, seedable: bool, data_seed: int | None) -> Any:
-    """The user's (batch) sampler, its class kept, its draws recorded (``sampling/own_sampler.py``).
-
-    NOTE: a sampler with a ``generator`` attribute left ``None`` draws from the global RNG, which a resumed
-    run cannot replay: a copy gets a generator of its own. Draws from the global generators themselves
-    (a user's class) are isolated by ``OwnDraws``, which also re-seeds each epoch with ``data_seed``.
-    """
+    """The user's (batch) sampler, its class kept, its draws recorded: a sampler whose ``generator`` is left
+    ``None`` draws from the global RNG, which a resumed run cannot replay, so a copy gets one of its own."""
     drawing = sampler is not None and hasattr(sampler, "generator")
     if drawing and sampler.generator is None:
         batch_sampler = _over_sampler_with_generator(batch_sampler, sampler)

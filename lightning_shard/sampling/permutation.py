@@ -1,19 +1,10 @@
 """``KeyedPermutation``: a pseudo-random permutation of ``[0, n)`` that can be evaluated at any position.
 
-A Feistel network on ``b`` bits (``2^(b-1) < n <= 2^b``), split into a high part of ``b // 2`` bits and
-a low part of the rest, each round xoring one part with a keyed hash of the other, is a bijection of
-``[0, 2^b)`` whatever its round function; cycle-walking (apply it again while the value is ``>= n``)
-restricts it to a bijection of ``[0, n)``, and ``2^b < 2n`` makes walks short (under 2 passes on
-average). The round keys come from ``(seed, epoch)`` only, so every process computes the same order
-without communicating, and a process that needs positions ``p`` computes ``perm[p]`` alone: ``O(len(p))``
-time and memory, never the whole epoch (docs/DESIGN.md, "Scale").
-
-A dataset of at most ``_SMALL`` samples is shuffled by a ``randperm`` drawn from a generator seeded with
-the key instead (at most 512 KB): a Feistel network on so few bits reaches only some of the orders,
-unevenly, and the cost of a whole order is negligible there.
-
-Everything is vectorised on ``int64`` tensors. Values stay below ``2^32`` inside a round and the
-multipliers below ``2^31``, so no product overflows.
+A Feistel network on the ``b`` bits of ``n``, restricted to ``[0, n)`` by cycle-walking and keyed by
+``(seed, epoch)`` only: every process computes the same order without communicating, each only at the
+positions it needs (docs/DESIGN.md, "Scale"). Up to ``_SMALL`` samples it is a ``randperm`` seeded with the
+key: a network on so few bits reaches only some orders, unevenly. Values stay below ``2^32`` inside a round
+and the multipliers below ``2^31``, so no ``int64`` product overflows.
 """
 
 from __future__ import annotations
@@ -29,12 +20,7 @@ _MULTIPLIER = 0x45D9F3B
 
 
 class KeyedPermutation:
-    """The permutation of ``[0, length)`` keyed by ``(seed, epoch)``.
-
-    Args:
-        length: the number of elements ``n``.
-        seed, epoch: the key; any integers (reduced modulo ``2^64``).
-    """
+    """The permutation of ``[0, length)`` keyed by ``(seed, epoch)``, integers reduced modulo ``2^64``."""
 
     def __init__(self, length: int, seed: int, epoch: int) -> None:
         self.length = length

@@ -69,20 +69,10 @@ class SeedableRandomSampler(RandomSampler):
 
 
 class ScalableRandomSampler(SeedableRandomSampler):
-    """A shuffle whose index at any position is computed alone: ``scalable_shuffle=True``.
-
-    The order of epoch ``e`` is ``KeyedPermutation(len(data_source), data_seed, e)``, a keyed bijection
-    of ``[0, n)`` (``sampling/permutation.py``), so a sharded process computes only its own positions:
-    ``O(n / N)`` time and ``O(batch)`` memory per epoch instead of a whole ``randperm`` (docs/DESIGN.md,
-    "Scale"). As for ``SeedableRandomSampler``, only ``set_epoch`` changes the epoch and a resume is a
-    position; the order differs from ``RandomSampler``'s. It draws from no generator.
-
-    Args:
-        data_source: the dataset to shuffle.
-        data_seed: the key; defaults to ``torch.initial_seed()`` when ``None``.
-
-    Raises:
-        TypeError: if ``data_seed`` is not an integer.
+    """A shuffle whose index at any position is computed alone (``scalable_shuffle=True``): the order of
+    epoch ``e`` is ``KeyedPermutation(len(data_source), data_seed, e)``, so a sharded process computes only
+    its own positions (docs/DESIGN.md, "Scale"). As for ``SeedableRandomSampler``, only ``set_epoch`` changes
+    the epoch; the order differs from ``RandomSampler``'s, and it draws from no generator.
     """
 
     def __init__(self, data_source: Sized, *, data_seed: int | None = None) -> None:
@@ -101,21 +91,18 @@ class ScalableRandomSampler(SeedableRandomSampler):
 
 
 def scalable_batch_sampler(batch_sampler: Any, data_seed: int | None) -> Any:
-    """``batch_sampler`` with its ``RandomSampler`` replaced by a ``ScalableRandomSampler`` (a copy:
-    the user's objects are not changed); a sequential one, which shuffles nothing, as it is.
+    """``batch_sampler`` with its ``RandomSampler`` replaced by a ``ScalableRandomSampler`` (a copy); a
+    sequential one, which shuffles nothing, as it is.
 
     Raises:
-        ValueError: for what a keyed order cannot serve: a batch sampler that is not a plain
-            ``BatchSampler``, a sampler that is not a plain ``RandomSampler``, a ``generator``, sampling
-            with replacement or ``num_samples``.
+        ValueError: for what a keyed order cannot serve: another batch sampler or sampler than a plain
+            ``BatchSampler`` / ``RandomSampler``, a ``generator``, replacement or ``num_samples``.
     """
     sampler = getattr(batch_sampler, "sampler", None)
     if type(sampler) is SequentialSampler or type(sampler) is ScalableRandomSampler:
         return batch_sampler
     if type(batch_sampler) is not BatchSampler or type(sampler) is not RandomSampler:
-        shown = (
-            type(sampler).__name__ if type(batch_sampler) is BatchSampler else type(batch_sampler).__name__
-        )
+        shown = type(sampler if type(batch_sampler) is BatchSampler else batch_sampler).__name__
         raise ValueError(
             f"`scalable_shuffle=True` replaces a plain `RandomSampler` (`shuffle=True`) in a plain `BatchSampler`, "
             f"but this loader's order comes from a `{shown}`, whose order it cannot compute position by "
@@ -155,16 +142,10 @@ class SeekableBatchSampler(Protocol):
         ...
 
 
-_CHILD_ATTRIBUTES = ("batch_sampler", "sampler")
-
-
 def forward_epoch(child: Any, epoch: int) -> None:
-    """Set ``epoch`` on ``child`` and on everything it wraps (``batch_sampler``, ``sampler``), each once:
-    ``set_epoch`` must reach the sampler through every wrapper in between (docs/DESIGN.md, "Epoch purity").
-
-    NOTE: the walk goes on below an object that has its own ``set_epoch``: a user's batch sampler may
-    define one that does not forward it, and its sampler would then replay the first epoch's order.
-    Setting an epoch only assigns it, so reaching an object twice (our wrappers forward too) is harmless.
+    """Set ``epoch`` on ``child`` and on everything it wraps (``batch_sampler``, ``sampler``), each once
+    (docs/DESIGN.md, "Epoch purity"). The walk goes on below an object with a ``set_epoch`` of its own: a
+    user's batch sampler may define one that does not forward it; setting an epoch twice is harmless.
     """
     seen: set[int] = set()
     stack = [child]
@@ -175,7 +156,7 @@ def forward_epoch(child: Any, epoch: int) -> None:
         seen.add(id(node))
         if callable(getattr(node, "set_epoch", None)):
             node.set_epoch(epoch)
-        stack.extend(getattr(node, name, None) for name in _CHILD_ATTRIBUTES)
+        stack.extend(getattr(node, name, None) for name in ("batch_sampler", "sampler"))
 
 
 class ShowsWrapped:
@@ -237,10 +218,8 @@ class SkipBatchSampler(BatchSamplerWrapper):
 
 
 class SampleShard:
-    """A shard of one-sample batches seen as a sampler of single indices (``DataLoader(batch_size=None)``).
-
-    Such a loader fetches and yields one sample per step, uncollated; sharding it by one-sample batches
-    keeps that. It is a ``SeekableBatchSampler`` over its shard, so resumption stays arithmetic.
+    """A shard of one-sample batches seen as a sampler of single indices (``DataLoader(batch_size=None)``,
+    which yields one sample per step, uncollated); a ``SeekableBatchSampler``, so resumption stays arithmetic.
     """
 
     def __init__(self, shard: Any) -> None:

@@ -1,13 +1,7 @@
-"""Streams that split themselves by rank: what the loader must know of each (docs/DESIGN.md, "Streams that
-split themselves").
-
-Such a dataset gives process ``r`` its own part of the data by itself, so the loader passes it through
-(striding it again would keep ``1/N`` of each part). What differs between them is described by one
-``SelfSplit`` each: why it counts as split (the plan line and the refusals say it), whether it must be told
-the job's rank (LitData) or checked against it (mosaicml-streaming), how it is put at an epoch before each
-pass, and how a position within an epoch resumes: read again and dropped by the loader (a position that
-only the same number of processes can continue), or resumed by the library itself. A library of this kind is
-added as one module with a ``recognise(dataset)`` returning its ``SelfSplit``, listed in ``LIBRARIES``.
+"""Streams that split themselves by rank: what the loader must know of each, one ``SelfSplit`` per library
+(docs/DESIGN.md, "Streams that split themselves"). The loader passes such a dataset through (striding it
+again would keep ``1/N`` of each part). A library is added as one module with a ``recognise(dataset)``
+returning its ``SelfSplit``, listed in ``SELF_SPLITTING`` (``loaders/kinds.py``).
 """
 
 from __future__ import annotations
@@ -17,12 +11,8 @@ from typing import Any
 
 
 class SelfSplit:
-    """A dataset that splits itself by rank, as recognised.
-
-    Args:
-        dataset: the user's dataset.
-        reason: how it splits itself, completing "a dataset that ..." (``"declares `splits_by_rank = True`"``).
-    """
+    """A dataset that splits itself by rank, as recognised; ``reason`` says how, completing "a dataset
+    that ..." (``"declares `splits_by_rank = True`"``)."""
 
     dispatchable = False
     """Whether process 0 can be made to read all of it (``split(1, 0, ...)``), so that it can be dispatched."""
@@ -47,11 +37,8 @@ class SelfSplit:
         """Called in the loader's process before each pass over the dataset (workers included) in ``epoch``."""
 
     def check_batches(self, batch_size: int | None, num_workers: int) -> None:
-        """Refuse a loader of this batch size and number of workers if the dataset cannot be read by it.
-
-        Raises:
-            ValueError: naming the setting and the fix.
-        """
+        """Refuse (a ``ValueError`` naming the setting and the fix) a loader of this batch size and number of
+        workers if the dataset cannot be read by it."""
 
     def other_count(self, saved: int, now: int) -> str:
         """Why a position within an epoch read by ``saved`` processes has no counterpart on ``now``."""
@@ -66,11 +53,7 @@ class SelfSplit:
 
     def restore(self, state: dict[str, Any], epoch: int, consumed: int) -> None:
         """Have the library continue ``epoch`` after ``consumed`` samples at its next pass (``resumes_itself``
-        only).
-
-        Raises:
-            ValueError: when this dataset cannot continue ``state`` exactly.
-        """
+        only); a ``ValueError`` when this dataset cannot continue ``state`` exactly."""
 
 
 def declared(dataset: Any) -> SelfSplit | None:

@@ -1,18 +1,8 @@
 """What a strided stream's processes compare at each epoch's first fetch: a fingerprint of the first global
-batch each of them read (docs/DESIGN.md, "Streams that split themselves").
-
-Striding assumes that every process reads the same stream. A stream that splits itself by rank (its own
-``torch.distributed.get_rank()``, webdataset's ``split_by_node``, ...) and is not recognised breaks that
-assumption silently: each process keeps ``1/N`` of its own ``1/N``. So the shard fingerprints the first
-global batch it read, and the loader compares the fingerprints across processes before the first batch
-is yielded.
-
-A fingerprint covers what *identifies* an element where it can, so that a stream whose elements are
-random (augmentation drawn in ``__iter__``) is not taken for a split one: the values of identifying keys
-(``__key__``, ``id``, ...) of a mapping if it has any, else its discrete values (integers, strings,
-bytes, integer tensors of at most one dimension: labels, token ids), else its whole content. Only in
-that last case (``Fingerprint.by_content``) can a random element make processes differ; the refusal then
-names the opt-out.
+batch each of them read, so that a stream that splits itself by rank unrecognised (each process would keep
+``1/N`` of its own ``1/N``) is refused (docs/DESIGN.md, "Streams that split themselves"). A fingerprint
+covers what identifies an element where it can (identifying keys, else discrete values, else the whole
+content), so that random elements (augmentation drawn in ``__iter__``) do not make processes differ.
 """
 
 from __future__ import annotations
@@ -35,12 +25,8 @@ _SHOWN = 4
 
 @dataclass(frozen=True)
 class Fingerprint:
-    """A digest of the first elements a process read, and what they were.
-
-    Attributes:
-        digest: 62 bits of a BLAKE2 hash of the elements' identities (or contents).
-        by_content: whether nothing identified the elements, so their whole content was hashed.
-        shown: the first few elements' identities, for the refusal.
+    """A digest of the first elements a process read (62 bits of a BLAKE2 hash of their identities, or of
+    their whole contents ``by_content`` when nothing identified them), and the first few identities ``shown``.
     """
 
     digest: int
@@ -119,12 +105,9 @@ def _short(identity: Any) -> str:
 
 
 class Fingerprinted:
-    """The first element a shard yields in an epoch, carrying the fingerprint of its first global batch.
-
-    It travels from the ``DataLoader`` worker that read it (or the main process) as an element; the
-    loader's collate (``CollateFingerprinted``) collates the element and carries the fingerprint on the
-    batch, which the loader unwraps before anything else sees it (and pins, with ``pin_memory=True``: the
-    ``DataLoader``'s pinning leaves an object it does not know as it is).
+    """The first element a shard yields in an epoch, carrying the fingerprint of its first global batch: it
+    travels as an element, ``CollateFingerprinted`` carries it on the batch, and the loader unwraps it (and
+    pins, with ``pin_memory=True``: the ``DataLoader``'s pinning leaves an object it does not know as it is).
     """
 
     __slots__ = ("value", "fingerprint")
@@ -135,11 +118,8 @@ class Fingerprinted:
 
 
 class CollateFingerprinted:
-    """The user's ``collate_fn``, passing a ``Fingerprinted`` first element's fingerprint on to the batch.
-
-    Only the first element of a batch can be one (a shard marks the first element it yields), so a batch
-    costs one type check.
-    """
+    """The user's ``collate_fn``, passing a ``Fingerprinted`` first element's fingerprint on to the batch;
+    only a batch's first element can be one, so a batch costs one type check."""
 
     def __init__(self, collate_fn: Any) -> None:
         self.collate_fn = collate_fn

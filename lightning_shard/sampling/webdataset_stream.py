@@ -1,15 +1,7 @@
 """webdataset pipelines that split their shards by node: recognised by their stages, passed through as each
-process's own share (docs/DESIGN.md, "Streams that split themselves").
-
-``wds.WebDataset(urls, nodesplitter=wds.split_by_node)`` and a ``wds.DataPipeline`` holding
-``wds.split_by_node`` give process ``r`` of ``N`` the shards ``r, r + N, ...`` (the rank from ``RANK`` /
-``WORLD_SIZE``, else from ``torch.distributed``). A pipeline without a node splitter keeps webdataset's own
-check (``single_node_only`` raises on several processes), so it is not recognised and fails as it would under
-plain DDP. A ``detshuffle`` stage draws its order from its own epoch counter, which moves at each pass in the
-process that holds it; the loader sets it to its epoch before each pass, so that a padding pass, a pass begun
-twice or a resumed run reads the epoch's order. Shards resampled with replacement (``resampled=True``) are
-drawn anew at every pass from the time and the process id: a resumed epoch keeps its length (what was
-consumed is read again and dropped), but its samples are new draws, as a run started again would draw.
+process's own share (docs/DESIGN.md, "Streams that split themselves"). Their ``detshuffle`` stages are set to
+the loader's epoch before each pass, so that a padding pass, a pass begun twice or a resumed run reads the
+epoch's order; shards resampled with replacement are new draws at every pass, as a run started again draws.
 """
 
 from __future__ import annotations
