@@ -23,14 +23,18 @@ StrategyRegistryType = _StrategyRegistry
 exports the registry object publicly, but its class only under this private name."""
 
 
-def register_names(
-    strategy: type, registry: StrategyRegistryType, names: tuple[tuple[str, dict[str, Any]], ...]
-) -> None:
-    """Register ``strategy`` in ``registry`` under each ``(name, init_args)`` of ``names`` not taken yet."""
-    for name, init_args in names:
-        if name not in registry:
-            description = f"lightning_shard's {strategy.__name__} {init_args or ''}".strip()
-            registry.register(name, strategy, description=description, **init_args)
+class RegisteredNames:
+    """Registers a strategy (Lightning's or Fabric's) under each of its ``REGISTERED_NAMES`` not taken yet."""
+
+    REGISTERED_NAMES: tuple[tuple[str, dict[str, Any]], ...] = ()
+    """``(name, init_args)`` under which the strategy registers in Lightning's or Fabric's registry."""
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: StrategyRegistryType) -> None:
+        for name, init_args in cls.REGISTERED_NAMES:
+            if name not in strategy_registry:
+                description = f"lightning_shard's {cls.__name__} {init_args or ''}".strip()
+                strategy_registry.register(name, cls, description=description, **init_args)
 
 
 def disable_sampler_injection(trainer: pl.Trainer) -> None:
