@@ -1,10 +1,6 @@
 """The only places where the adapter touches private Lightning names, the loops' internals and the
-trainer's state Lightning does not offer for changing (its callback list, a setting kept as an
-attribute), one function each.
-
-Each function says why no public hook would do; ``tests/lightning/test_private.py`` fails as soon as a
-Lightning release renames or changes one of them.
-"""
+trainer's state Lightning does not offer for changing, one function each, saying why no public hook
+would do; ``tests/lightning/test_private.py`` fails as soon as a Lightning release changes one."""
 
 from __future__ import annotations
 
@@ -120,13 +116,11 @@ def saved_callback_states(checkpoint: dict[str, Any]) -> dict[str, Any]:
 
 
 def rebuild_unrestored_training_loaders(trainer: pl.Trainer) -> bool:
-    """Build the training loaders again when they were built before the checkpoint's loop state was
-    restored, so that the checkpoint's loader states are loaded; return whether they were rebuilt.
+    """Build the training loaders again when they were built before the fit loop was restored, so that
+    the checkpoint's loader states are loaded; return whether they were rebuilt.
 
-    Reading ``trainer.estimated_stepping_batches`` in ``configure_optimizers`` (to size a ``OneCycleLR``)
-    makes Lightning build, measure and start iterating the training loaders during ``strategy.setup``,
-    before it restores the fit loop; ``_FitLoop.setup_data`` then returns early, and the loader states it
-    keeps for loading are never loaded: the resumed epoch would start over.
+    Reading ``trainer.estimated_stepping_batches`` in ``configure_optimizers`` builds them that early;
+    ``_FitLoop.setup_data`` then returns early and never loads the states: the epoch would start over.
     """
     # NOTE: no public hook runs between the restore and the first epoch, and no public call rebuilds the
     # loaders: `setup_data` rebuilds only when `_combined_loader` is unset (or a reload is due, which
@@ -146,9 +140,8 @@ def finish_restored_epoch(trainer: pl.Trainer) -> bool:
     """When the checkpoint was written on an epoch's last training batch and the loaders now count that
     epoch in other steps (another number of processes), have Lightning start the next epoch afresh.
 
-    Lightning decides whether such a checkpoint ended its epoch by comparing the batches it completed with
-    ``trainer.num_training_batches``, the *new* loaders' length: on fewer processes (more batches) it
-    would resume the next epoch at the old count's batch index and stop at the new count's length.
+    Lightning compares the batches completed with the *new* loaders' length: on fewer processes it would
+    resume the next epoch at the old count's batch index.
     """
     # NOTE: `_TrainingEpochLoop.reset` adds one to `current.completed` and resets the epoch's counters
     # when it reaches `num_training_batches`; the saved `is_last_batch` says the epoch was complete.
@@ -165,10 +158,8 @@ def finish_restored_epoch(trainer: pl.Trainer) -> bool:
 
 def callback_state(checkpoint: Mapping[str, Any], state_key: str) -> Any:
     """The state a callback saved in a checkpoint dict Lightning dumped or read (``None`` if it holds none)."""
-    # NOTE: Lightning keeps each callback's `state_dict()` under the checkpoint's "callbacks" by state key and
-    # hands that entry to its `load_state_dict`; a strategy holds the dict between the dump and the write
-    # and between the read and the restore (`ShardingHooks`: each process's random states), and no public
-    # call names the entry.
+    # NOTE: a strategy holds the dict between the dump and the write and between the read and the restore
+    # (`ShardingHooks`: each process's random states); no public call names a callback's entry.
     states = checkpoint.get(_CALLBACK_STATES)
     return states.get(state_key) if isinstance(states, Mapping) else None
 
@@ -184,9 +175,8 @@ _CALLBACK_STATES = "callbacks"
 def add_callbacks_before_checkpoints(trainer: pl.Trainer, callbacks: Sequence[Callback]) -> None:
     """Add each of ``callbacks`` that ``trainer`` lacks, in order, before its first ``Checkpoint``.
 
-    Lightning has no public way for a strategy to add callbacks (only ``Trainer(callbacks=...)`` and
-    ``LightningModule.configure_callbacks``, both the user's); every hook runs through the list
-    ``trainer.callbacks``, which the callback connector builds and orders with the checkpoints last.
+    Lightning has no public way for a strategy to add callbacks (``Trainer(callbacks=...)`` and
+    ``configure_callbacks`` are the user's); every hook runs through the list ``trainer.callbacks``.
     """
     # NOTE: before the checkpoint callbacks, as Lightning orders them: a checkpoint written at a step's end
     # must see what this step recorded (the audit), as one written at an epoch's start the epoch.

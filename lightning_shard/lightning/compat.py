@@ -1,10 +1,6 @@
-"""Which Lightning releases the adapter supports, and the check every ``Shard*`` strategy runs.
-
-The range is the tested matrix of docs/development.md ("Supported versions"): the lower bound is the
-oldest release ``make test-oldest`` runs the Lightning and loader tests on, and it is ``pyproject.toml``'s
-lower bound too (``tests/lightning/test_compat.py`` compares them). Older releases are refused when a
-strategy is built, not at the first resumed batch (docs/DESIGN.md, "Supported versions").
-"""
+"""Which Lightning releases the adapter supports, and the check every ``Shard*`` strategy runs
+(docs/DESIGN.md, "Supported versions"; ``tests/lightning/test_compat.py`` keeps it in step with
+``pyproject.toml``)."""
 
 from __future__ import annotations
 

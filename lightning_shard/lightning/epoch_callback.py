@@ -1,8 +1,6 @@
 """The callbacks every ``Shard*`` strategy adds to its trainer: ``ShardEpochCallback`` keeps the training
-loaders' epoch in step and reports each epoch of a stream (docs/DESIGN.md, "Streaming data");
-``ShardRandomStatesCallback`` saves each process's random states with each checkpoint and restores them
-when the fit resumes on as many processes (``comm/random_states.py``, ``lightning/random_state_files.py``;
-docs/DESIGN.md, "Random states on resume")."""
+loaders' epoch in step and reports each epoch of a stream; ``ShardRandomStatesCallback`` saves and
+restores each process's random states (docs/DESIGN.md, "Streaming data", "Random states on resume")."""
 
 from __future__ import annotations
 
@@ -91,12 +89,8 @@ class ShardEpochCallback(Callback):
 class ShardRandomStatesCallback(Callback):
     """Saves each process's random states; a resumed fit restores its own before its first step.
 
-    Its state on each process is that process's own: the ``Shard*`` strategies keep process 0's in the
-    checkpoint and write every other process's beside it (``lightning/random_state_files.py``).
-
-    NOTE: restored at the first ``on_train_batch_start``, after Lightning rebuilt the loaders and read
-    ahead, so that nothing between the restore and the training step draws from them (the loaders'
-    main-process draws are kept apart, ``loaders/main_draws.py``).
+    NOTE: at the first ``on_train_batch_start``, after Lightning rebuilt the loaders and read ahead, so
+    that nothing between the restore and the training step draws from them.
     """
 
     def __init__(self) -> None:

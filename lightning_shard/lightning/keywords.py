@@ -1,13 +1,5 @@
-"""Unknown keywords refused when a ``Shard*`` strategy is built, naming the closest known one.
-
-Every ``Shard*`` strategy passes the keywords it does not name itself to its Lightning parent, and
-Lightning's ``DDPStrategy`` / ``FSDPStrategy`` pass the ones they do not name to torch's wrapper
-(``DistributedDataParallel``, ``FullyShardedDataParallel``) only when the fit sets the model up. A typo
-(``split_batch=True``) or a look-alike (``datа_seed`` with a Cyrillic ``а``) would fail there, with torch's
-message and no hint. ``check_keywords`` refuses it at construction instead, with the closest name among the
-strategy's own options and its parents' parameters (read with ``inspect.signature``, so a parameter a newer
-Lightning or torch adds passes through).
-"""
+"""Unknown keywords refused when a ``Shard*`` strategy is built, naming the closest known one: Lightning
+would pass them on to torch's wrapper only when the fit sets the model up (docs/DESIGN.md, "Options")."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Predictions in dataset order: what one process would have predicted, gathered from all of them.
-
-Predict loaders neither pad nor dispatch, so data-parallel process ``r`` predicts global batches
-``r, r + N, ...`` (or slice ``r`` of every batch with ``split_batches``). Ordering each process's batches
-by ``(step, process)`` and joining the slices of one step gives exactly the list a single process
-returns: the dataset's order for an unshuffled loader, each sample once (docs/DESIGN.md, "Exact
-evaluation"). ``PredictionGatherer`` does this for ``trainer.predict``'s return value on rank 0;
-``ShardPredictionWriter`` writes each process's predictions and merges them in order on rank 0.
-"""
+"""Predictions in dataset order: what one process would have predicted, gathered from all of them
+(docs/DESIGN.md, "Exact evaluation"). ``PredictionGatherer`` does it for ``trainer.predict``'s return
+value on rank 0; ``ShardPredictionWriter`` merges the processes' files in order on rank 0."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
 """Where each process's random states go in a checkpoint: process 0's in the checkpoint, every other
-process's in a file of its own beside it (docs/DESIGN.md, "Random states on resume", "Scale").
-
-Each process writes and reads only its own states (about 17 KB), through the strategy's
-``CheckpointIO``, so what process 0 writes does not grow with the number of processes and no collective
-runs. Process ``r`` writes ``<checkpoint>.random_states/rank_<r>.pt`` beside a checkpoint file, or
-``random_states/rank_<r>.pt`` inside a checkpoint directory (a sharded checkpoint). The checkpoint names
-the file it was saved as, so that a link to it (``ModelCheckpoint(save_last="link")``) finds them too.
-"""
+process's in a file of its own beside it, ``<checkpoint>.random_states/rank_<r>.pt`` (or
+``random_states/rank_<r>.pt`` inside a checkpoint directory; docs/DESIGN.md, "Random states on resume")."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 """Ray Train: ``RayShardStrategy``, ``ShardReportCallback`` and ``restored_checkpoint``
-(docs/guides/multi-machine.md, "Ray Train").
+(docs/guides/multi-machine.md, "Ray Train"; docs/DESIGN.md, "Lightning adapter").
 
-Needs the extra, ``pip install "lightning_shard[ray]"``. ``import lightning_shard`` does not import this
-module, so it never imports Ray. Ray's ``prepare_trainer`` accepts only subclasses of its own strategies;
-``RayShardStrategy`` is one, with every ``ShardStrategy`` option. Ray's ``RayTrainReportCallback`` reports
-a checkpoint at each epoch's end only, so a worker lost mid-epoch would restart the epoch's position;
-``ShardReportCallback`` saves and reports one every ``k`` steps, and a restarted group resumes from it
-exactly, on however many workers it restarts with.
+Needs the extra, ``pip install "lightning_shard[ray]"``; ``import lightning_shard`` does not import it.
 """
 
 from __future__ import annotations
