@@ -107,7 +107,7 @@ def _fit_loop_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
     return state if isinstance(state, dict) else {}
 
 
-def saved_callback_states(checkpoint: dict[str, Any]) -> dict[str, Any]:
+def saved_callback_states(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     """The callbacks' states in a loaded checkpoint, by ``Callback.state_key`` (the checkpoint's own dict)."""
     # NOTE: the key is public in Lightning's checkpoint format; the adapter reads no other trainer setting
     # of that name, which the guard of this module holds to `_private.py`.
@@ -160,16 +160,12 @@ def callback_state(checkpoint: Mapping[str, Any], state_key: str) -> Any:
     """The state a callback saved in a checkpoint dict Lightning dumped or read (``None`` if it holds none)."""
     # NOTE: a strategy holds the dict between the dump and the write and between the read and the restore
     # (`ShardingHooks`: each process's random states); no public call names a callback's entry.
-    states = checkpoint.get(_CALLBACK_STATES)
-    return states.get(state_key) if isinstance(states, Mapping) else None
+    return saved_callback_states(checkpoint).get(state_key)
 
 
 def replace_callback_state(checkpoint: MutableMapping[str, Any], state_key: str, state: Any) -> None:
     """Have the callback of ``state_key`` restore ``state`` from a checkpoint dict Lightning read."""
-    checkpoint[_CALLBACK_STATES][state_key] = state
-
-
-_CALLBACK_STATES = "callbacks"
+    checkpoint["callbacks"][state_key] = state
 
 
 def add_callbacks_before_checkpoints(trainer: pl.Trainer, callbacks: Sequence[Callback]) -> None:

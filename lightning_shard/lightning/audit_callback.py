@@ -28,12 +28,8 @@ _BUFFERED = 8192
 
 
 class IndexTap:
-    """Queues the batches of indices a loader's cursor yields, until the training steps consume them.
-
-    Args:
-        per_step: batches of the cursor per training step (``N`` on process 0 of a dispatched loader
-            without ``split_batches``, else 1).
-    """
+    """Queues the batches of indices a loader's cursor yields, until the training steps consume them
+    (``per_step`` per step: ``N`` on process 0 of a dispatched loader without ``split_batches``)."""
 
     def __init__(self, per_step: int = 1) -> None:
         self.per_step = per_step
@@ -136,10 +132,7 @@ class ShardAuditCallback(Callback):
     def watch(self, loader: ShardLoader, *, records: bool = True) -> None:
         """Record what ``loader``'s training steps consume; call it before the loader's first ``iter()``.
 
-        Args:
-            loader: the training loader.
-            records: ``False`` on a process whose batches another process already records (a
-                tensor-parallel peer under a mesh); it still takes part in each epoch's merge.
+        ``records=False``: another process records these batches (a tensor-parallel peer under a mesh).
         """
         self._records = records
         if loader.cursor is None:

@@ -19,8 +19,7 @@ class LightningResumeHook:
         trainer: the trainer whose fit loop consumes the loader.
         loader: the training loader this hook is set on.
         resharded: what the loader calls when it loads a state written by another number of processes
-            (the strategy passes ``ShardEpochCallback.reload_next_epoch``: Lightning must measure the loaders
-            again at the next epoch, as the resumed one counts differently).
+            (``ShardEpochCallback.reload_next_epoch``: Lightning must measure the loaders again).
     """
 
     def __init__(self, trainer: pl.Trainer, loader: ShardLoader, *, resharded: Callable[[], None]) -> None:

@@ -35,15 +35,8 @@ def install_fix() -> str:
 
 
 def check_lightning_version(version: str = pl.__version__) -> None:
-    """Refuse a Lightning release older than ``OLDEST_LIGHTNING``.
-
-    Args:
-        version: a Lightning version string; the installed release by default. A string whose
-            ``major.minor`` cannot be read (a custom build) is let through.
-
-    Raises:
-        RuntimeError: naming the installed release, the supported range and the fix.
-    """
+    """Refuse a Lightning release older than ``OLDEST_LIGHTNING`` (``RuntimeError`` with the fix); a
+    ``version`` whose ``major.minor`` cannot be read (a custom build) is let through."""
     found = re.match(r"(\d+)\.(\d+)", version)
     if found is None or (int(found[1]), int(found[2])) >= OLDEST_LIGHTNING:
         return

@@ -38,8 +38,8 @@ class ShardFabricStrategy(RegisteredNames, DDPStrategy):
     ``import lightning_shard``. Scale ``interval="step"``-like schedulers yourself with
     ``ShardScheduler(scheduler, optimizer, num_processes=fabric.strategy.topology.num_processes)``.
 
-    Keyword arguments: the loader options, the fields of ``ShardOptions`` (see the options table).
-    ``rng_types`` defaults to ``("generator",)`` here.
+    Keyword arguments: the options of ``ShardOptions`` (the options table); ``rng_types`` defaults to
+    ``("generator",)`` here.
 
     Args:
         **kwargs: any argument of Fabric's ``DDPStrategy`` (``timeout``, ``start_method``, ...).
@@ -87,9 +87,7 @@ class ShardFabricStrategy(RegisteredNames, DDPStrategy):
     def setup_environment(self) -> None:
         super().setup_environment()
         destroy_group_at_exit()
-        export_rank_variables(
-            self.global_rank, self.world_size, self.local_rank, len(self.parallel_devices or ())
-        )
+        export_rank_variables(self)
 
     @property
     def topology(self) -> Topology:

@@ -32,17 +32,8 @@ def parameter_names(function: Callable[..., Any]) -> list[str]:
 
 
 def check_keywords(strategy: type, passed: Mapping[str, Any], parents: Sequence[Callable[..., Any]]) -> None:
-    """Refuse a keyword that neither ``strategy`` nor any of ``parents`` takes.
-
-    Args:
-        strategy: the ``Shard*`` strategy being built (its ``__init__`` names its own options).
-        passed: the keywords its ``__init__`` did not name, which it passes on.
-        parents: the callables those keywords end up in (a Lightning strategy's ``__init__``, torch's
-            ``DistributedDataParallel``), in the order they receive them.
-
-    Raises:
-        TypeError: on the first unknown keyword, with the closest known name.
-    """
+    """Refuse (``TypeError``, with the closest known name) a keyword of ``passed``, those the ``__init__`` of
+    ``strategy`` passes on, that none of ``parents`` (the callables they end up in) takes."""
     accepted = {name for parent in parents for name in parameter_names(parent)}
     unknown = [name for name in passed if name not in accepted]
     if not unknown:

@@ -30,11 +30,10 @@ class ShardModelParallelStrategy(ShardingHooks, ModelParallelStrategy):
     (``save_distributed_checkpoint=True``: a directory; ``False``: one file). Registered as
     ``"shard_model_parallel"``.
 
-    ``ModelParallelStrategy``'s arguments (``data_parallel_size``, ``tensor_parallel_size``,
-    ``save_distributed_checkpoint``, ``process_group_backend``, ``timeout``) mean what they mean there.
-    Keyword arguments: the loader options (the fields of ``ShardOptions``) and the strategy options
-    (those of ``StrategyOptions``), both documented in the options table. ``rng_types`` defaults to
-    ``("generator",)`` here.
+    ``ModelParallelStrategy``'s arguments, from ``data_parallel_size`` to ``timeout``, mean what they mean
+    there.
+    Keyword arguments: the options of ``ShardOptions`` and ``StrategyOptions`` (the options table);
+    ``rng_types`` defaults to ``("generator",)`` here.
 
     Args:
         **kwargs: an argument a newer ``ModelParallelStrategy`` takes, passed to it; any other keyword is

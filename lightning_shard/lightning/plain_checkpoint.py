@@ -23,9 +23,7 @@ from lightning_shard.loaders.state import STATE_FORMAT
 OUR_CALLBACK_KEYS = (ShardRandomStatesCallback().state_key, ShardAuditCallback.__qualname__)
 """The keys (``Callback.state_key``) under which our callbacks keep their state in a checkpoint."""
 META_FILE = "meta.pt"
-"""What a sharded checkpoint directory (``ShardModelParallelStrategy``, ``ShardFSDPStrategy`` with
-``state_dict_type="sharded"``) keeps beside the tensors: the loops' and callbacks' states, as Lightning
-names it."""
+"""The file of the loops' and callbacks' states in a sharded checkpoint directory, as Lightning names it."""
 
 
 def to_plain_checkpoint(

@@ -123,10 +123,8 @@ def plan_for(
 ) -> ShardPlan:
     """The plan of ``loader`` for a fit that runs ``num_training_batches`` batches per epoch.
 
-    ``step_schedulers``: whether the fit has a scheduler that ``scaling`` applies to; without one the
-    plan says nothing about scheduler stepping. ``ranks``: the job's processes, when more than the
-    data-parallel ones. ``resumed_batches``: the batches of the epoch a checkpoint's loader state had
-    consumed (0: the epoch starts).
+    ``step_schedulers``: whether the fit has a scheduler ``scaling`` applies to. ``ranks``: the job's
+    processes. ``resumed_batches``: the batches of the epoch a checkpoint's loader state had consumed.
     """
     state = loader.sharding
     global_batch = loader.total_batch_size
@@ -164,9 +162,7 @@ def plan_for(
 def _padding(loader: ShardLoader, batches: int | None) -> tuple[int | None, int | None]:
     """(padded, dropped) samples of the epoch the fit starts in; ``None`` when the lengths are unknown.
 
-    NOTE: after an elastic resume the epoch's first ``base_steps`` steps ran under another number of
-    processes and consumed ``base`` units (``state.step_size`` per step now): only the steps left run at
-    this global batch, over the samples left.
+    NOTE: after an elastic resume only the steps left run at this global batch, over the samples left.
     """
     state, global_batch = loader.sharding, loader.total_batch_size
     if batches is None or state.dataset_length is None or not global_batch:

@@ -25,12 +25,9 @@ def merge_in_order(
 ) -> list[Any]:
     """One list of batch predictions in the order a single process makes them.
 
-    Args:
-        parts: ``(data-parallel index, that process's batch predictions)`` from every process; a
-            data-parallel index seen twice (tensor-parallel peers) counts once.
-        split_batches: whether each step's batch was split across processes (its slices are joined).
-        by_process: the processes read consecutive parts of the data (a natively sharded stream: process
-            ``r`` reads the ``r``-th group of shards), so their predictions follow one another.
+    ``parts``: ``(data-parallel index, predictions)`` of every process, an index seen twice counted once.
+    ``split_batches``: each step's slices are joined. ``by_process``: the processes read consecutive parts
+    of the data (a natively sharded stream), so their predictions follow one another.
     """
     by_index: dict[int, list[Any]] = {}
     for index, predictions in parts:
@@ -63,9 +60,7 @@ def _by_process(trainer: pl.Trainer) -> list[bool]:
 
 class PredictionGatherer(Callback):
     """Makes ``trainer.predict`` return, on rank 0, what a single process would: every process's
-    predictions, each sample once, in order. Other ranks keep their own (Lightning's behaviour).
-
-    A strategy adds it unless ``gather_predictions=False`` (each rank then keeps only its own, as under DDP).
+    predictions, each sample once, in order. Other ranks keep their own, as under DDP.
 
     Args:
         topology: the data-parallel topology at the time of the predict run.

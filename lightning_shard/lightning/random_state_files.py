@@ -44,12 +44,8 @@ def write_own(
 
 
 def read_own(io: CheckpointIO, path: Location, entry: dict[str, Any], **load_options: Any) -> dict[str, Any]:
-    """``entry``, read from the checkpoint at ``path``; where it is another process's states saved by as
-    many processes as this run has, this process's own, read from beside the checkpoint (a warning when
-    they are not there: its random streams then start afresh).
-
-    ``load_options``: what the checkpoint itself was loaded with (``weights_only``).
-    """
+    """``entry``, or where it is another process's states saved by as many processes, this process's own,
+    read from beside the checkpoint with ``load_options`` (a warning when they are not there)."""
     rank = global_rank()
     if (
         entry.get("version") != PER_PROCESS

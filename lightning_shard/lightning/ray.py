@@ -47,11 +47,9 @@ class RayShardStrategy(ShardStrategy, RayDDPStrategy):  # type: ignore[misc]
 class ShardReportCallback(Checkpoint):
     """Saves a checkpoint every ``every_n_train_steps`` optimizer steps and reports it to Ray Train.
 
-    A ``Checkpoint`` callback, so Lightning runs it after the others at each batch's end, as it does
-    ``ModelCheckpoint``: what the checkpoint records of the step (the loaders' position, the audit) is
-    complete, and Lightning adds no ``ModelCheckpoint`` of its own beside it (leave ``enable_checkpointing``
-    at its default: Lightning refuses a checkpoint callback with ``enable_checkpointing=False``). Every rank
-    calls ``ray.train.report`` (Ray requires it); rank 0 writes the file.
+    A ``Checkpoint`` callback, so Lightning runs it after the others at each batch's end and adds no
+    ``ModelCheckpoint`` beside it (leave ``enable_checkpointing`` at its default: Lightning refuses a
+    checkpoint callback without it). Every rank calls ``ray.train.report``; rank 0 writes the file.
 
     Args:
         every_n_train_steps: optimizer steps between two checkpoints (what a restart redoes at most).

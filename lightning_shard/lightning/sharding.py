@@ -74,13 +74,8 @@ class HostStrategy(Protocol):
 class StrategySharding:
     """The sharding state and behaviour of one ``Shard*`` strategy; the strategy's hooks call it.
 
-    Args:
-        strategy: the strategy holding it, read only through ``HostStrategy``.
-        arguments: the strategy's arguments; those named like a field of ``ShardOptions`` or
-            ``StrategyOptions`` are its options, the others are ignored.
-
-    Raises:
-        RuntimeError: on a Lightning release older than the supported range (``check_lightning_version``).
+    ``strategy`` is read only through ``HostStrategy``; of its ``arguments``, those named like a field of
+    ``ShardOptions`` or ``StrategyOptions`` are its options. Refuses an unsupported Lightning release.
     """
 
     def __init__(self, strategy: HostStrategy, arguments: Mapping[str, Any]) -> None:
@@ -338,13 +333,8 @@ def _load_early(loader: ShardLoader, states: list[Any], position: int, data_seed
     state = states[position] if position < len(states) else None
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         return 0
-    _warn_about_another_seed(state.get("sampler_seed"), data_seed)
-    loader.load_state_dict(state)
-    return int(state["steps"])
-
-
-def _warn_about_another_seed(saved: Any, data_seed: int | None) -> None:
-    """Say so when a ``data_seed`` passed on purpose differs from the seed the checkpoint continues."""
+    saved = state.get("sampler_seed")
+    # NOTE: a `data_seed` passed on purpose that differs from the seed the checkpoint continues.
     if data_seed is not None and saved is not None and saved != data_seed:
         warn(
             f"lightning_shard: `data_seed={data_seed}` is ignored in this fit: the checkpoint's loader state "
@@ -352,3 +342,5 @@ def _warn_about_another_seed(saved: Any, data_seed: int | None) -> None:
             "one's order exactly. To shuffle with the new seed, start a new fit (no `ckpt_path`), or pass "
             f"`data_seed={saved}` to silence this."
         )
+    loader.load_state_dict(state)
+    return int(state["steps"])

@@ -146,9 +146,7 @@ class ShardingHooks(RegisteredNames, ParallelStrategy):
     def setup_environment(self) -> None:
         super().setup_environment()
         destroy_group_at_exit()
-        export_rank_variables(
-            self.global_rank, self.world_size, self.local_rank, len(self.parallel_devices or ())
-        )
+        export_rank_variables(self)
 
     @override
     def connect(self, model: pl.LightningModule) -> None:
@@ -252,9 +250,8 @@ class ShardStrategy(ShardingHooks, DDPStrategy):
     Lightning's checkpoints and restored exactly. Registered as ``"shard"``, ``"shard_spawn"`` and
     ``"shard_notebook"`` (forked processes, for Jupyter, as Lightning's ``"ddp_notebook"``).
 
-    Keyword arguments: the loader options (the fields of ``ShardOptions``) and the strategy options
-    (those of ``StrategyOptions``), both documented in the options table. ``rng_types`` defaults to
-    ``("generator",)`` here.
+    Keyword arguments: the options of ``ShardOptions`` and ``StrategyOptions`` (the options table);
+    ``rng_types`` defaults to ``("generator",)`` here.
 
     Args:
         **kwargs: any ``DDPStrategy`` argument (``find_unused_parameters``, ``timeout``, ``start_method``, ...).

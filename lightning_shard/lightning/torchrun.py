@@ -7,20 +7,21 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from lightning_shard.log import warn
 
 SHARE_SETTING = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 
-def export_rank_variables(global_rank: int, world_size: int, local_rank: int, local_world_size: int) -> None:
-    """Set ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` as ``torchrun`` does (their values
-    under ``torchrun``, so a ``torchrun`` launch keeps its own)."""
+def export_rank_variables(strategy: Any) -> None:
+    """Set ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` of a started ``strategy`` as
+    ``torchrun`` does (their values under ``torchrun``, so a ``torchrun`` launch keeps its own)."""
     os.environ.update(
-        RANK=str(global_rank),
-        WORLD_SIZE=str(world_size),
-        LOCAL_RANK=str(local_rank),
-        LOCAL_WORLD_SIZE=str(local_world_size),
+        RANK=str(strategy.global_rank),
+        WORLD_SIZE=str(strategy.world_size),
+        LOCAL_RANK=str(strategy.local_rank),
+        LOCAL_WORLD_SIZE=str(len(strategy.parallel_devices or ())),
     )
 
 
