@@ -15,8 +15,8 @@ from lightning.pytorch.overrides.distributed import _IndexBatchSamplerWrapper
 from lightning_shard.lightning.compat import install_fix, supported_range
 
 StrategyRegistryType = _StrategyRegistry
-"""The class of Lightning's ``StrategyRegistry`` (``Strategy.register_strategies`` takes one); Lightning
-exports the registry object publicly, but its class only under this private name."""
+"""The class of Lightning's ``StrategyRegistry`` (``Strategy.register_strategies`` takes one), which
+Lightning exports only under this private name."""
 
 
 class RegisteredNames:
@@ -34,11 +34,8 @@ class RegisteredNames:
 
 
 def disable_sampler_injection(trainer: pl.Trainer) -> None:
-    """Keep Lightning from replacing the samplers of this trainer's loaders by ``DistributedSampler``.
-
-    Raises:
-        RuntimeError: if this Lightning release keeps the setting somewhere else.
-    """
+    """Keep Lightning from replacing the samplers of this trainer's loaders by ``DistributedSampler``
+    (``RuntimeError`` if this Lightning release keeps the setting somewhere else)."""
     # NOTE: `_DataConnector._requires_distributed_sampler` reads `Trainer(use_distributed_sampler=...)` from
     # the private accelerator connector, before `Strategy.process_dataloader` sees the loader; no public
     # hook runs in between, and undoing the injection afterwards would lose the user's sampler.
@@ -80,10 +77,8 @@ def record_batch_indices(batch_sampler: Any) -> Any:
 
 def checkpoint_loader_states(trainer: pl.Trainer) -> list[Any]:
     """The training loader states Lightning is about to load from a checkpoint (empty when not restoring)."""
-    # NOTE: `_FitLoop.setup_data` measures the training loaders (their `CombinedLoader.limits`) before it
-    # loads their states, so a loader would be measured as a whole epoch on this number of processes; a
-    # state from fewer processes resumes with more steps than that (steps taken plus steps left). The
-    # states wait in this attribute between `on_load_checkpoint` and that load; no public hook runs between.
+    # NOTE: `_FitLoop.setup_data` measures the training loaders before it loads their states (a state from
+    # fewer processes has more steps left); they wait in this attribute, and no public hook runs between.
     loop = trainer.fit_loop
     if not loop.restarting:
         return []
@@ -123,8 +118,7 @@ def rebuild_unrestored_training_loaders(trainer: pl.Trainer) -> bool:
     ``_FitLoop.setup_data`` then returns early and never loads the states: the epoch would start over.
     """
     # NOTE: no public hook runs between the restore and the first epoch, and no public call rebuilds the
-    # loaders: `setup_data` rebuilds only when `_combined_loader` is unset (or a reload is due, which
-    # `reload_dataloaders_every_n_epochs` measures from the epoch of the early build).
+    # loaders: `setup_data` rebuilds only when `_combined_loader` is unset.
     loop = trainer.fit_loop
     pending = getattr(loop, "_combined_loader_states_to_load", None)
     if not loop.restarting or not pending or loop._combined_loader is None:
@@ -206,9 +200,8 @@ def set_reload_every_n_epochs(trainer: pl.Trainer, epochs: int) -> None:
 
 
 def predictions_per_loader(trainer: pl.Trainer) -> list[list[Any]] | None:
-    """This process's predictions so far, one list per predict loader; ``None`` when ``trainer.predict``
-    returns none (``return_predictions=False``). The lists are the ones ``trainer.predict`` returns, so
-    completing them in place changes its result."""
+    """This process's predictions so far, one list per predict loader, the very lists ``trainer.predict``
+    returns; ``None`` with ``return_predictions=False``."""
     # NOTE: the prediction loop keeps them per loader but hands a single loader's list out alone.
     loop = trainer.predict_loop
     if not loop.return_predictions:

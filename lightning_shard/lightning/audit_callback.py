@@ -1,9 +1,8 @@
 """``ShardAuditCallback``: which samples each training epoch consumed, checked on every epoch's end.
 
 The indices come from the loader's index source (``loader.index_observer``), so any map-style dataset can
-be audited. The source runs ahead of training (prefetching, workers, a dispatcher's process 0 loading a
-whole global batch), so the batches of indices it yields wait in a queue, and each training step that
-ends takes the oldest: only consumed batches count.
+be audited. The source runs ahead of training (prefetching, workers, a dispatcher), so the batches of
+indices it yields wait in a queue, and each training step that ends takes the oldest.
 """
 
 from __future__ import annotations

@@ -13,14 +13,8 @@ from lightning_shard.loaders.position import Consumed
 
 
 class LightningResumeHook:
-    """A ``ResumeHook`` that reads what Lightning's fit loop consumed of a training loader.
-
-    Args:
-        trainer: the trainer whose fit loop consumes the loader.
-        loader: the training loader this hook is set on.
-        resharded: what the loader calls when it loads a state written by another number of processes
-            (``ShardEpochCallback.reload_next_epoch``: Lightning must measure the loaders again).
-    """
+    """A ``ResumeHook`` that reads what ``trainer``'s fit loop consumed of the training ``loader``; the loader
+    calls ``resharded`` when it loads a state written by another number of processes."""
 
     def __init__(self, trainer: pl.Trainer, loader: ShardLoader, *, resharded: Callable[[], None]) -> None:
         self.trainer = trainer

@@ -25,11 +25,8 @@ from lightning_shard.log import info
 
 
 class ShardEpochCallback(Callback):
-    """Sets each sharded training loader's epoch to the trainer's at the start of every epoch.
-
-    Lightning stops an epoch after ``len(loader)`` batches without exhausting the loader, so the loader
-    never sees its epoch end; its order for the next epoch comes from this ``set_epoch``.
-    """
+    """Sets each sharded training loader's epoch to the trainer's at the start of every epoch (Lightning
+    stops an epoch without exhausting the loader, which never sees its epoch end)."""
 
     def __init__(self, rounds: TrainingLoaderRounds | None = None) -> None:
         self._reload_setting: int | None = None

@@ -33,8 +33,7 @@ class ShardFSDPStrategy(ShardingHooks, FSDPStrategy):
 
     FSDP shards parameters, not data: every process is a data-parallel process (also with
     ``HYBRID_SHARD`` and a ``device_mesh``, whose two dimensions both replicate data), so the sharding is
-    ``ShardStrategy``'s. Like ``FSDPStrategy`` it needs CUDA; ``make gpu-check`` runs its fit.
-    Registered as ``"shard_fsdp"``.
+    ``ShardStrategy``'s. Like ``FSDPStrategy`` it needs CUDA. Registered as ``"shard_fsdp"``.
 
     ``FSDPStrategy``'s arguments, from ``accelerator`` to ``device_mesh``, mean what they mean there.
     Keyword arguments: the options of ``ShardOptions`` and ``StrategyOptions`` (the options table);

@@ -25,20 +25,18 @@ class ShardPlan:
         steps_per_epoch: optimizer steps per epoch, after ``limit_train_batches`` and
             ``accumulate_grad_batches`` (``None``: unsized data).
         dataset_length: samples in the dataset (``None``: unsized).
-        padded_samples: duplicates added so the last step is full on every process, in the epoch the fit
-            starts in (after a resume on another number of processes: in what was left of it).
+        padded_samples: duplicates added so the last step is full on every process, in (what is left of)
+            the epoch the fit starts in.
         dropped_samples: samples left out because of ``drop_last=True`` (the same epoch).
         scheduler_scaling: how ``interval="step"`` schedulers are stepped (empty: the fit has none).
         short_schedulers: step schedulers whose schedule ends before the fit stops stepping them.
         mode: ``"shard"`` (each process loads its part) or ``"dispatch"`` (process 0 loads).
         stream: how an iterable dataset is split and how uneven ends are handled (``None``: map-style).
-        scalable_shuffle: whether the order is ``scalable_shuffle``'s keyed permutation (not
-            ``RandomSampler``'s).
+        scalable_shuffle: whether the order is ``scalable_shuffle``'s keyed permutation.
         accumulate_grad_batches: batches whose gradients each optimizer step sums. Lightning saves no
             accumulated gradient, so only a checkpoint written at an optimizer step resumes bit for bit.
         split_batches: whether each batch of the loader is split among the processes.
-        ranks: the processes of the job when more than ``num_processes`` (tensor-parallel peers share
-            batches); ``None`` when every process is a data-parallel one.
+        ranks: the processes of the job when more than ``num_processes`` (tensor-parallel peers).
         resumed_at: the optimizer step of the epoch the fit resumed at (``None``: the epoch starts).
     """
 

@@ -60,11 +60,8 @@ def _by_process(trainer: pl.Trainer) -> list[bool]:
 
 class PredictionGatherer(Callback):
     """Makes ``trainer.predict`` return, on rank 0, what a single process would: every process's
-    predictions, each sample once, in order. Other ranks keep their own, as under DDP.
-
-    Args:
-        topology: the data-parallel topology at the time of the predict run.
-        split_batches: whether the predict loaders split each batch across the processes.
+    predictions, each sample once, in order. Other ranks keep their own, as under DDP. ``topology`` and
+    ``split_batches`` are read when the predict run ends.
     """
 
     def __init__(self, topology: Callable[[], Topology], split_batches: Callable[[], bool]) -> None:

@@ -20,8 +20,7 @@ Location = str | Path
 """A checkpoint's path or URL, as Lightning takes it."""
 
 KEY = "lightning_shard.random_states"
-"""The key of the random states in a checkpoint: a callback's state key, a key of what ``fabric.save``
-writes."""
+"""The key of the random states in a checkpoint: a callback's state key, or a key ``fabric.save`` writes."""
 FOLDER = "random_states"
 """The folder of the other processes' states: ``<checkpoint>.random_states`` or ``<checkpoint>/random_states``."""
 

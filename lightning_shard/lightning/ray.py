@@ -1,8 +1,5 @@
-"""Ray Train: ``RayShardStrategy``, ``ShardReportCallback`` and ``restored_checkpoint``
-(docs/guides/multi-machine.md, "Ray Train"; docs/DESIGN.md, "Lightning adapter").
-
-Needs the extra, ``pip install "lightning_shard[ray]"``; ``import lightning_shard`` does not import it.
-"""
+"""Ray Train: ``RayShardStrategy``, ``ShardReportCallback`` and ``restored_checkpoint`` (docs/guides/
+multi-machine.md, "Ray Train"). Needs the ``ray`` extra; ``import lightning_shard`` does not import it."""
 
 from __future__ import annotations
 

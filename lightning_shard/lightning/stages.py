@@ -95,11 +95,7 @@ def prepare_for_stage(
 
 
 def check_even_training(loader: DataLoader, options: ShardOptions, topology: Topology) -> None:
-    """Refuse a training loader that would give processes different numbers of steps (DDP would hang).
-
-    Raises:
-        ValueError: with ``even_batches=False`` when the processes' loader lengths differ.
-    """
+    """Refuse (``ValueError``) a training loader that would give processes different numbers of steps."""
     problem = uneven_steps(loader, options, topology)
     if problem is not None:
         raise ValueError(problem)

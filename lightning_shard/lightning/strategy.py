@@ -255,9 +255,8 @@ class ShardStrategy(ShardingHooks, DDPStrategy):
 
     Args:
         **kwargs: any ``DDPStrategy`` argument (``find_unused_parameters``, ``timeout``, ``start_method``, ...).
-            ``timeout`` (Lightning's default: 30 minutes) bounds how long a process waits for a peer that
-            is alive but stuck, and also the start-up rendezvous; a killed peer ends the others at once
-            on gloo (see ``benchmarks/RELIABILITY.md``).
+            ``timeout`` (default 30 minutes) bounds the wait for a peer that is alive but stuck, and the
+            start-up rendezvous; a killed peer ends the others at once on gloo.
 
     Raises:
         ValueError / TypeError: on inconsistent options (see ``ShardOptions`` and ``StrategyOptions``).
