@@ -334,7 +334,6 @@ def _load_early(loader: ShardLoader, states: list[Any], position: int, data_seed
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         return 0
     saved = state.get("sampler_seed")
-    # NOTE: a `data_seed` passed on purpose that differs from the seed the checkpoint continues.
     if data_seed is not None and saved is not None and saved != data_seed:
         warn(
             f"lightning_shard: `data_seed={data_seed}` is ignored in this fit: the checkpoint's loader state "
