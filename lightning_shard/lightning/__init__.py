@@ -1,9 +1,8 @@
 """The Lightning adapter: the only part of lightning_shard that imports ``lightning``.
 
-Importing it registers the ``Shard*`` strategies in Lightning's ``StrategyRegistry`` (``"shard"``,
-``"shard_spawn"``, ``"shard_notebook"``, ``"shard_model_parallel"``, ``"shard_fsdp"``) and the Fabric
-strategy in Fabric's (``"shard"``, ``"shard_spawn"``, ``"shard_notebook"``), as Lightning's own strategy modules register theirs, so
-``Trainer(strategy="shard")`` works after ``import lightning_shard``.
+Importing it registers the ``Shard*`` strategies in Lightning's and Fabric's strategy registries, as
+Lightning's own strategy modules register theirs, so ``Trainer(strategy="shard")`` works after
+``import lightning_shard``.
 """
 
 from lightning.fabric.strategies import STRATEGY_REGISTRY

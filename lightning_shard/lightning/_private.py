@@ -1,10 +1,6 @@
 """The only places where the adapter touches private Lightning names, the loops' internals and the
-trainer's state Lightning does not offer for changing (its callback list, a setting kept as an
-attribute), one function each.
-
-Each function says why no public hook would do; ``tests/lightning/test_private.py`` fails as soon as a
-Lightning release renames or changes one of them.
-"""
+trainer's state Lightning does not offer for changing, one function each, saying why no public hook
+would do; ``tests/lightning/test_private.py`` fails as soon as a Lightning release changes one."""
 
 from __future__ import annotations
 
@@ -19,26 +15,27 @@ from lightning.pytorch.overrides.distributed import _IndexBatchSamplerWrapper
 from lightning_shard.lightning.compat import install_fix, supported_range
 
 StrategyRegistryType = _StrategyRegistry
-"""The class of Lightning's ``StrategyRegistry`` (``Strategy.register_strategies`` takes one); Lightning
-exports the registry object publicly, but its class only under this private name."""
+"""The class of Lightning's ``StrategyRegistry`` (``Strategy.register_strategies`` takes one), which
+Lightning exports only under this private name."""
 
 
-def register_names(
-    strategy: type, registry: StrategyRegistryType, names: tuple[tuple[str, dict[str, Any]], ...]
-) -> None:
-    """Register ``strategy`` in ``registry`` under each ``(name, init_args)`` of ``names`` not taken yet."""
-    for name, init_args in names:
-        if name not in registry:
-            description = f"lightning_shard's {strategy.__name__} {init_args or ''}".strip()
-            registry.register(name, strategy, description=description, **init_args)
+class RegisteredNames:
+    """Registers a strategy (Lightning's or Fabric's) under each of its ``REGISTERED_NAMES`` not taken yet."""
+
+    REGISTERED_NAMES: tuple[tuple[str, dict[str, Any]], ...] = ()
+    """``(name, init_args)`` under which the strategy registers in Lightning's or Fabric's registry."""
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: StrategyRegistryType) -> None:
+        for name, init_args in cls.REGISTERED_NAMES:
+            if name not in strategy_registry:
+                description = f"lightning_shard's {cls.__name__} {init_args or ''}".strip()
+                strategy_registry.register(name, cls, description=description, **init_args)
 
 
 def disable_sampler_injection(trainer: pl.Trainer) -> None:
-    """Keep Lightning from replacing the samplers of this trainer's loaders by ``DistributedSampler``.
-
-    Raises:
-        RuntimeError: if this Lightning release keeps the setting somewhere else.
-    """
+    """Keep Lightning from replacing the samplers of this trainer's loaders by ``DistributedSampler``
+    (``RuntimeError`` if this Lightning release keeps the setting somewhere else)."""
     # NOTE: `_DataConnector._requires_distributed_sampler` reads `Trainer(use_distributed_sampler=...)` from
     # the private accelerator connector, before `Strategy.process_dataloader` sees the loader; no public
     # hook runs in between, and undoing the injection afterwards would lose the user's sampler.
@@ -80,10 +77,8 @@ def record_batch_indices(batch_sampler: Any) -> Any:
 
 def checkpoint_loader_states(trainer: pl.Trainer) -> list[Any]:
     """The training loader states Lightning is about to load from a checkpoint (empty when not restoring)."""
-    # NOTE: `_FitLoop.setup_data` measures the training loaders (their `CombinedLoader.limits`) before it
-    # loads their states, so a loader would be measured as a whole epoch on this number of processes; a
-    # state from fewer processes resumes with more steps than that (steps taken plus steps left). The
-    # states wait in this attribute between `on_load_checkpoint` and that load; no public hook runs between.
+    # NOTE: `_FitLoop.setup_data` measures the training loaders before it loads their states (a state from
+    # fewer processes has more steps left); they wait in this attribute, and no public hook runs between.
     loop = trainer.fit_loop
     if not loop.restarting:
         return []
@@ -107,7 +102,7 @@ def _fit_loop_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
     return state if isinstance(state, dict) else {}
 
 
-def saved_callback_states(checkpoint: dict[str, Any]) -> dict[str, Any]:
+def saved_callback_states(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     """The callbacks' states in a loaded checkpoint, by ``Callback.state_key`` (the checkpoint's own dict)."""
     # NOTE: the key is public in Lightning's checkpoint format; the adapter reads no other trainer setting
     # of that name, which the guard of this module holds to `_private.py`.
@@ -116,17 +111,14 @@ def saved_callback_states(checkpoint: dict[str, Any]) -> dict[str, Any]:
 
 
 def rebuild_unrestored_training_loaders(trainer: pl.Trainer) -> bool:
-    """Build the training loaders again when they were built before the checkpoint's loop state was
-    restored, so that the checkpoint's loader states are loaded; return whether they were rebuilt.
+    """Build the training loaders again when they were built before the fit loop was restored, so that
+    the checkpoint's loader states are loaded; return whether they were rebuilt.
 
-    Reading ``trainer.estimated_stepping_batches`` in ``configure_optimizers`` (to size a ``OneCycleLR``)
-    makes Lightning build, measure and start iterating the training loaders during ``strategy.setup``,
-    before it restores the fit loop; ``_FitLoop.setup_data`` then returns early, and the loader states it
-    keeps for loading are never loaded: the resumed epoch would start over.
+    Reading ``trainer.estimated_stepping_batches`` in ``configure_optimizers`` builds them that early;
+    ``_FitLoop.setup_data`` then returns early and never loads the states: the epoch would start over.
     """
     # NOTE: no public hook runs between the restore and the first epoch, and no public call rebuilds the
-    # loaders: `setup_data` rebuilds only when `_combined_loader` is unset (or a reload is due, which
-    # `reload_dataloaders_every_n_epochs` measures from the epoch of the early build).
+    # loaders: `setup_data` rebuilds only when `_combined_loader` is unset.
     loop = trainer.fit_loop
     pending = getattr(loop, "_combined_loader_states_to_load", None)
     if not loop.restarting or not pending or loop._combined_loader is None:
@@ -142,9 +134,8 @@ def finish_restored_epoch(trainer: pl.Trainer) -> bool:
     """When the checkpoint was written on an epoch's last training batch and the loaders now count that
     epoch in other steps (another number of processes), have Lightning start the next epoch afresh.
 
-    Lightning decides whether such a checkpoint ended its epoch by comparing the batches it completed with
-    ``trainer.num_training_batches``, the *new* loaders' length: on fewer processes (more batches) it
-    would resume the next epoch at the old count's batch index and stop at the new count's length.
+    Lightning compares the batches completed with the *new* loaders' length: on fewer processes it would
+    resume the next epoch at the old count's batch index.
     """
     # NOTE: `_TrainingEpochLoop.reset` adds one to `current.completed` and resets the epoch's counters
     # when it reaches `num_training_batches`; the saved `is_last_batch` says the epoch was complete.
@@ -161,28 +152,21 @@ def finish_restored_epoch(trainer: pl.Trainer) -> bool:
 
 def callback_state(checkpoint: Mapping[str, Any], state_key: str) -> Any:
     """The state a callback saved in a checkpoint dict Lightning dumped or read (``None`` if it holds none)."""
-    # NOTE: Lightning keeps each callback's `state_dict()` under the checkpoint's "callbacks" by state key and
-    # hands that entry to its `load_state_dict`; a strategy holds the dict between the dump and the write
-    # and between the read and the restore (`ShardingHooks`: each process's random states), and no public
-    # call names the entry.
-    states = checkpoint.get(_CALLBACK_STATES)
-    return states.get(state_key) if isinstance(states, Mapping) else None
+    # NOTE: a strategy holds the dict between the dump and the write and between the read and the restore
+    # (`ShardingHooks`: each process's random states); no public call names a callback's entry.
+    return saved_callback_states(checkpoint).get(state_key)
 
 
 def replace_callback_state(checkpoint: MutableMapping[str, Any], state_key: str, state: Any) -> None:
     """Have the callback of ``state_key`` restore ``state`` from a checkpoint dict Lightning read."""
-    checkpoint[_CALLBACK_STATES][state_key] = state
-
-
-_CALLBACK_STATES = "callbacks"
+    checkpoint["callbacks"][state_key] = state
 
 
 def add_callbacks_before_checkpoints(trainer: pl.Trainer, callbacks: Sequence[Callback]) -> None:
     """Add each of ``callbacks`` that ``trainer`` lacks, in order, before its first ``Checkpoint``.
 
-    Lightning has no public way for a strategy to add callbacks (only ``Trainer(callbacks=...)`` and
-    ``LightningModule.configure_callbacks``, both the user's); every hook runs through the list
-    ``trainer.callbacks``, which the callback connector builds and orders with the checkpoints last.
+    Lightning has no public way for a strategy to add callbacks (``Trainer(callbacks=...)`` and
+    ``configure_callbacks`` are the user's); every hook runs through the list ``trainer.callbacks``.
     """
     # NOTE: before the checkpoint callbacks, as Lightning orders them: a checkpoint written at a step's end
     # must see what this step recorded (the audit), as one written at an epoch's start the epoch.
@@ -216,9 +200,8 @@ def set_reload_every_n_epochs(trainer: pl.Trainer, epochs: int) -> None:
 
 
 def predictions_per_loader(trainer: pl.Trainer) -> list[list[Any]] | None:
-    """This process's predictions so far, one list per predict loader; ``None`` when ``trainer.predict``
-    returns none (``return_predictions=False``). The lists are the ones ``trainer.predict`` returns, so
-    completing them in place changes its result."""
+    """This process's predictions so far, one list per predict loader, the very lists ``trainer.predict``
+    returns; ``None`` with ``return_predictions=False``."""
     # NOTE: the prediction loop keeps them per loader but hands a single loader's list out alone.
     loop = trainer.predict_loop
     if not loop.return_predictions:

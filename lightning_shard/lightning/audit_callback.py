@@ -1,11 +1,8 @@
 """``ShardAuditCallback``: which samples each training epoch consumed, checked on every epoch's end.
 
-``ShardStrategy(audit=True)`` adds it to the trainer and shows it every training loader it shards. The
-indices come from the loader's index source (its ``EpochCursor``, observed through
-``loader.index_observer``), so any map-style dataset can be audited, whatever its samples hold. The cursor
-runs ahead of training (the ``DataLoader`` prefetches, workers prefetch more, a process of a dispatched
-loader loads a whole global batch), so the indices it yields wait in a queue and each training step that
-ends takes the oldest: only consumed batches count.
+The indices come from the loader's index source (``loader.index_observer``), so any map-style dataset can
+be audited. The source runs ahead of training (prefetching, workers, a dispatcher), so the batches of
+indices it yields wait in a queue, and each training step that ends takes the oldest.
 """
 
 from __future__ import annotations
@@ -30,12 +27,8 @@ _BUFFERED = 8192
 
 
 class IndexTap:
-    """Queues the batches of indices a loader's cursor yields, until the training steps consume them.
-
-    Args:
-        per_step: batches of the cursor per training step (``N`` on process 0 of a dispatched loader
-            without ``split_batches``, else 1).
-    """
+    """Queues the batches of indices a loader's cursor yields, until the training steps consume them
+    (``per_step`` per step: ``N`` on process 0 of a dispatched loader without ``split_batches``)."""
 
     def __init__(self, per_step: int = 1) -> None:
         self.per_step = per_step
@@ -114,9 +107,8 @@ class ShardAuditCallback(Callback):
     """Audits every training epoch: samples covered, duplicates beyond the padding, samples missing.
 
     At each epoch's end the processes merge their records (``ShardAudit.gather``, a collective) and rank
-    0 logs one line. Each process keeps two bitmaps of ``len(dataset) / 8`` bytes; the merge sums compact
-    per-sample counts, so it costs no more with more processes. Only map-style datasets with a length and a fixed batch size (indices to
-    record, counts to expect) and a single training loader are audited; otherwise rank 0 says why not.
+    0 logs one line. Only map-style datasets with a length and a fixed batch size and a single training
+    loader are audited; otherwise rank 0 says why not.
 
     Args:
         raise_on_problem: raise ``RuntimeError`` on every process at the end of an epoch with
@@ -139,10 +131,7 @@ class ShardAuditCallback(Callback):
     def watch(self, loader: ShardLoader, *, records: bool = True) -> None:
         """Record what ``loader``'s training steps consume; call it before the loader's first ``iter()``.
 
-        Args:
-            loader: the training loader.
-            records: ``False`` on a process whose batches another process already records (a
-                tensor-parallel peer under a mesh); it still takes part in each epoch's merge.
+        ``records=False``: another process records these batches (a tensor-parallel peer under a mesh).
         """
         self._records = records
         if loader.cursor is None:
@@ -228,8 +217,7 @@ class ShardAuditCallback(Callback):
     def state_dict(self) -> dict[str, Any]:
         """The epoch's records so far, merged over the processes, so a resumed epoch's audit covers it all.
 
-        NOTE: a collective; Lightning builds a checkpoint on every process (``trainer.save_checkpoint``
-        must be called on all of them). The result is the same everywhere: ``len(dataset) / 4`` bytes.
+        NOTE: a collective; Lightning builds a checkpoint on every process.
         """
         if self._audit is None or self._epoch is None:
             return {}
@@ -264,11 +252,9 @@ def _tap_of(loader: ShardLoader) -> IndexTap | None:
 def _epoch_audit(loader: ShardLoader, steps_before: int, recorded: bool = False) -> tuple[ShardAudit, int]:
     """An empty audit of the epoch in progress, and the samples consumed before this run resumed it.
 
-    ``steps_before`` is Lightning's step count in the epoch when this run takes its first step there (0
-    unless the fit resumed mid-epoch); the loader's state says how many samples those steps consumed,
-    also after a resume on another number of processes. The rest of the epoch is sharded like a
-    dataset of the remaining samples, which sets the padding allowed. The samples consumed before the
-    resume are allowed to be missing, unless their record came with the checkpoint (``recorded``).
+    ``steps_before``: Lightning's step count in the epoch at this run's first step there. The rest of the
+    epoch is sharded like a dataset of the remaining samples, which sets the padding allowed; the samples
+    consumed before are allowed missing unless their record came with the checkpoint (``recorded``).
     """
     state = loader.state_at(steps_before)
     info = state.sharding

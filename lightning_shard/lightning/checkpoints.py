@@ -1,14 +1,5 @@
-"""Exact mid-epoch resumption through Lightning's checkpoints: the ``ResumeHook``s Lightning needs.
-
-Lightning checkpoints a resumable loader itself: the fit loop stores each training loader's
-``state_dict()`` (rank 0's; ours is the same on every rank), the evaluation loops their loaders'. The core
-loader's ``resume_hook`` says what that state must be (docs/DESIGN.md, "Global state", "Elastic resume").
-Lightning fetches ahead of the training step and never exhausts a loader with a length, so what a
-training loader *yielded* is not what training *consumed*: the saved position is what the training steps
-took, and a finished epoch is saved as the start of the next one. Evaluation loaders always save their
-epoch's start, so that a checkpoint written while validation runs inside a training epoch does not make
-the first validation after the resume skip what was validated before.
-"""
+"""Exact mid-epoch resumption through Lightning's checkpoints: the ``ResumeHook``s that say what a saved
+loader state holds (docs/DESIGN.md, "Global state", "Elastic resume")."""
 
 from __future__ import annotations
 
@@ -22,15 +13,8 @@ from lightning_shard.loaders.position import Consumed
 
 
 class LightningResumeHook:
-    """A ``ResumeHook`` that reads what Lightning's fit loop consumed of a training loader.
-
-    Args:
-        trainer: the trainer whose fit loop consumes the loader.
-        loader: the training loader this hook is set on.
-        resharded: what the loader calls when it loads a state written by another number of processes
-            (the strategy passes ``ShardEpochCallback.reload_next_epoch``: Lightning must measure the loaders
-            again at the next epoch, as the resumed one counts differently).
-    """
+    """A ``ResumeHook`` that reads what ``trainer``'s fit loop consumed of the training ``loader``; the loader
+    calls ``resharded`` when it loads a state written by another number of processes."""
 
     def __init__(self, trainer: pl.Trainer, loader: ShardLoader, *, resharded: Callable[[], None]) -> None:
         self.trainer = trainer

@@ -1,10 +1,6 @@
-"""Which Lightning releases the adapter supports, and the check every ``Shard*`` strategy runs.
-
-The range is the tested matrix of docs/development.md ("Supported versions"): the lower bound is the
-oldest release ``make test-oldest`` runs the Lightning and loader tests on, and it is ``pyproject.toml``'s
-lower bound too (``tests/lightning/test_compat.py`` compares them). Older releases are refused when a
-strategy is built, not at the first resumed batch (docs/DESIGN.md, "Supported versions").
-"""
+"""Which Lightning releases the adapter supports, and the check every ``Shard*`` strategy runs
+(docs/DESIGN.md, "Supported versions"; ``tests/lightning/test_compat.py`` keeps it in step with
+``pyproject.toml``)."""
 
 from __future__ import annotations
 
@@ -39,15 +35,8 @@ def install_fix() -> str:
 
 
 def check_lightning_version(version: str = pl.__version__) -> None:
-    """Refuse a Lightning release older than ``OLDEST_LIGHTNING``.
-
-    Args:
-        version: a Lightning version string; the installed release by default. A string whose
-            ``major.minor`` cannot be read (a custom build) is let through.
-
-    Raises:
-        RuntimeError: naming the installed release, the supported range and the fix.
-    """
+    """Refuse a Lightning release older than ``OLDEST_LIGHTNING`` (``RuntimeError`` with the fix); a
+    ``version`` whose ``major.minor`` cannot be read (a custom build) is let through."""
     found = re.match(r"(\d+)\.(\d+)", version)
     if found is None or (int(found[1]), int(found[2])) >= OLDEST_LIGHTNING:
         return

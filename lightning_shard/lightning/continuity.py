@@ -1,12 +1,6 @@
-"""Continuous randomness when Lightning rebuilds the training loaders (a reload, or a second ``fit``).
-
-A prepared loader draws its sampler's seed from the global RNG when it is built, so each rebuilt loader
-would start a new random stream: a fit resumed mid-epoch draws one seed fewer than the uninterrupted fit
-and replays an epoch's order, and a second ``fit`` on the same trainer replays the first fit's epochs.
-Instead, the loader built at position ``p`` of a round of training loaders takes over the generator of
-the loader at ``p`` in the round before, exactly as a loader that was never rebuilt goes on drawing
-from its own generator (docs/DESIGN.md, "Epoch purity").
-"""
+"""Continuous randomness when Lightning rebuilds the training loaders (a reload, or a second ``fit``): the
+loader built at position ``p`` of a round takes over the generator of the loader at ``p`` in the round
+before (docs/DESIGN.md, "Epoch purity")."""
 
 from __future__ import annotations
 

@@ -159,12 +159,8 @@ class ShardDataModule(pl.LightningDataModule):
 
 
 def check_stage_options(stage_options: Mapping[str, Mapping[str, Any]]) -> None:
-    """Refuse a ``shard_stage_options`` whose stage keys or option names are unknown.
-
-    Raises:
-        ValueError: on a stage key that is not one of ``STAGES`` (e.g. ``"val"`` for ``"validate"``).
-        TypeError: on an option name ``ShardOptions`` does not have, with the closest one.
-    """
+    """Refuse a ``shard_stage_options`` whose stage keys (``ValueError``) or option names (``TypeError``)
+    are unknown, naming the closest known one."""
     for stage, overrides in stage_options.items():
         if stage not in STAGES:
             close = difflib.get_close_matches(str(stage), STAGES, n=1, cutoff=0.0)

@@ -1,8 +1,6 @@
 """The callbacks every ``Shard*`` strategy adds to its trainer: ``ShardEpochCallback`` keeps the training
-loaders' epoch in step and reports each epoch of a stream (docs/DESIGN.md, "Streaming data");
-``ShardRandomStatesCallback`` saves each process's random states with each checkpoint and restores them
-when the fit resumes on as many processes (``comm/random_states.py``, ``lightning/random_state_files.py``;
-docs/DESIGN.md, "Random states on resume")."""
+loaders' epoch in step and reports each epoch of a stream; ``ShardRandomStatesCallback`` saves and
+restores each process's random states (docs/DESIGN.md, "Streaming data", "Random states on resume")."""
 
 from __future__ import annotations
 
@@ -27,11 +25,8 @@ from lightning_shard.log import info
 
 
 class ShardEpochCallback(Callback):
-    """Sets each sharded training loader's epoch to the trainer's at the start of every epoch.
-
-    Lightning stops an epoch after ``len(loader)`` batches without exhausting the loader, so the loader
-    never sees its epoch end; its order for the next epoch comes from this ``set_epoch``.
-    """
+    """Sets each sharded training loader's epoch to the trainer's at the start of every epoch (Lightning
+    stops an epoch without exhausting the loader, which never sees its epoch end)."""
 
     def __init__(self, rounds: TrainingLoaderRounds | None = None) -> None:
         self._reload_setting: int | None = None
@@ -91,12 +86,8 @@ class ShardEpochCallback(Callback):
 class ShardRandomStatesCallback(Callback):
     """Saves each process's random states; a resumed fit restores its own before its first step.
 
-    Its state on each process is that process's own: the ``Shard*`` strategies keep process 0's in the
-    checkpoint and write every other process's beside it (``lightning/random_state_files.py``).
-
-    NOTE: restored at the first ``on_train_batch_start``, after Lightning rebuilt the loaders and read
-    ahead, so that nothing between the restore and the training step draws from them (the loaders'
-    main-process draws are kept apart, ``loaders/main_draws.py``).
+    NOTE: at the first ``on_train_batch_start``, after Lightning rebuilt the loaders and read ahead, so
+    that nothing between the restore and the training step draws from them.
     """
 
     def __init__(self) -> None:

@@ -1,14 +1,5 @@
 """``ShardFabricStrategy``: batch-level sharding for ``lightning.fabric.Fabric``, through
-``fabric.setup_dataloaders`` (docs/DESIGN.md, "Lightning adapter").
-
-Fabric hands every loader of ``setup_dataloaders`` to its strategy's ``process_dataloader``; it injects a
-``DistributedSampler`` before that only when the strategy has ``distributed_sampler_kwargs``. This
-strategy has none and shards in ``process_dataloader`` with ``prepare_data_loader``, so the loaders
-Fabric returns are ours (wrapped by Fabric to move batches to the device). Their ``state_dict()`` is the
-loader position: ``fabric.save(path, {"loader": loader, ...})`` stores it and ``fabric.load`` restores it,
-and the next iteration continues exactly where the saved run stopped (also on another number of
-processes).
-"""
+``fabric.setup_dataloaders`` (docs/DESIGN.md, "Lightning adapter")."""
 
 from __future__ import annotations
 
@@ -26,7 +17,7 @@ from typing_extensions import override
 from lightning_shard.comm.collectives import destroy_group_at_exit
 from lightning_shard.comm.random_states import own_part, own_state, restore, resume_notice
 from lightning_shard.comm.topology import Topology
-from lightning_shard.lightning._private import StrategyRegistryType, register_names
+from lightning_shard.lightning._private import RegisteredNames
 from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.random_state_files import KEY, name_checkpoint, read_own, write_own
 from lightning_shard.lightning.stages import is_shard_loader, uneven_steps
@@ -37,12 +28,8 @@ from lightning_shard.prepare import prepare_with_options
 from lightning_shard.sampling.balance import EvenBatches
 from lightning_shard.sampling.native_stream import IterableSharding
 
-RANDOM_STATES_KEY = KEY
-"""The key of the random states in a checkpoint ``fabric.save`` writes (process 0's; each other process
-writes its own beside it, ``lightning/random_state_files.py``)."""
 
-
-class ShardFabricStrategy(DDPStrategy):
+class ShardFabricStrategy(RegisteredNames, DDPStrategy):
     """Fabric's ``DDPStrategy`` whose ``fabric.setup_dataloaders`` shards with ``prepare_data_loader``.
 
     Every loader given to ``setup_dataloaders`` is sharded with this strategy's options (whatever its
@@ -51,8 +38,8 @@ class ShardFabricStrategy(DDPStrategy):
     ``import lightning_shard``. Scale ``interval="step"``-like schedulers yourself with
     ``ShardScheduler(scheduler, optimizer, num_processes=fabric.strategy.topology.num_processes)``.
 
-    Keyword arguments: the loader options, the fields of ``ShardOptions`` (see the options table).
-    ``rng_types`` defaults to ``("generator",)`` here.
+    Keyword arguments: the options of ``ShardOptions`` (the options table); ``rng_types`` defaults to
+    ``("generator",)`` here.
 
     Args:
         **kwargs: any argument of Fabric's ``DDPStrategy`` (``timeout``, ``start_method``, ...).
@@ -63,12 +50,11 @@ class ShardFabricStrategy(DDPStrategy):
             ``DistributedDataParallel``, naming the closest one.
     """
 
-    REGISTERED_NAMES: tuple[tuple[str, dict[str, Any]], ...] = (
+    REGISTERED_NAMES = (
         ("shard", {"start_method": "popen"}),
         ("shard_spawn", {"start_method": "spawn"}),
         ("shard_notebook", {"start_method": "fork"}),
     )
-    """``(name, init_args)`` under which the strategy registers in Fabric's registry."""
 
     def __init__(
         self,
@@ -101,9 +87,7 @@ class ShardFabricStrategy(DDPStrategy):
     def setup_environment(self) -> None:
         super().setup_environment()
         destroy_group_at_exit()
-        export_rank_variables(
-            self.global_rank, self.world_size, self.local_rank, len(self.parallel_devices or ())
-        )
+        export_rank_variables(self)
 
     @property
     def topology(self) -> Topology:
@@ -133,11 +117,10 @@ class ShardFabricStrategy(DDPStrategy):
         storage_options: Any | None = None,
         filter: dict[str, Callable[[str, Any], bool]] | None = None,
     ) -> None:
-        """Fabric's save, with process 0's random states added; each other process writes its own beside
-        the checkpoint."""
+        """Fabric's save, with process 0's random states; each other process writes its own beside it."""
         entry = own_part()
         name_checkpoint(entry, path)
-        super().save_checkpoint(path, {**state, RANDOM_STATES_KEY: entry}, storage_options, filter)
+        super().save_checkpoint(path, {**state, KEY: entry}, storage_options, filter)
         write_own(self.checkpoint_io, path, entry, storage_options)
 
     @override
@@ -148,13 +131,10 @@ class ShardFabricStrategy(DDPStrategy):
         strict: bool = True,
         weights_only: bool | None = None,
     ) -> dict[str, Any]:
-        """Fabric's load; this process's saved random states are restored when as many processes saved them.
-
-        ``weights_only`` (Lightning 2.6 on) is passed on when given, and reads the random states too.
-        """
+        """Fabric's load; this process's random states are restored when as many processes saved them."""
         options = {} if weights_only is None else {"weights_only": weights_only}
         remainder = super().load_checkpoint(path, state, strict, **options)
-        saved = remainder.pop(RANDOM_STATES_KEY, None) if isinstance(remainder, dict) else None
+        saved = remainder.pop(KEY, None) if isinstance(remainder, dict) else None
         if saved:
             own = own_state(read_own(self.checkpoint_io, path, saved, **options))
             notice = resume_notice(saved)
@@ -163,8 +143,3 @@ class ShardFabricStrategy(DDPStrategy):
             elif notice is not None:
                 info(notice)
         return remainder
-
-    @classmethod
-    @override
-    def register_strategies(cls, strategy_registry: StrategyRegistryType) -> None:
-        register_names(cls, strategy_registry, cls.REGISTERED_NAMES)

@@ -33,16 +33,11 @@ class ShardFSDPStrategy(ShardingHooks, FSDPStrategy):
 
     FSDP shards parameters, not data: every process is a data-parallel process (also with
     ``HYBRID_SHARD`` and a ``device_mesh``, whose two dimensions both replicate data), so the sharding is
-    ``ShardStrategy``'s. Like ``FSDPStrategy`` it needs CUDA; ``make gpu-check`` runs its fit.
-    Registered as ``"shard_fsdp"``.
+    ``ShardStrategy``'s. Like ``FSDPStrategy`` it needs CUDA. Registered as ``"shard_fsdp"``.
 
-    ``FSDPStrategy``'s arguments (``accelerator``, ``parallel_devices``, ``cluster_environment``,
-    ``checkpoint_io``, ``precision_plugin``, ``process_group_backend``, ``timeout``, ``cpu_offload``,
-    ``mixed_precision``, ``auto_wrap_policy``, ``activation_checkpointing``,
-    ``activation_checkpointing_policy``, ``sharding_strategy``, ``state_dict_type``, ``device_mesh``) mean
-    what they mean there. Keyword arguments: the loader options (the fields of ``ShardOptions``) and the
-    strategy options (those of ``StrategyOptions``), both documented in the options table. ``rng_types``
-    defaults to ``("generator",)`` here.
+    ``FSDPStrategy``'s arguments, from ``accelerator`` to ``device_mesh``, mean what they mean there.
+    Keyword arguments: the options of ``ShardOptions`` and ``StrategyOptions`` (the options table);
+    ``rng_types`` defaults to ``("generator",)`` here.
 
     Args:
         **kwargs: passed to ``FullyShardedDataParallel``, as ``FSDPStrategy`` does.

@@ -1,13 +1,5 @@
-"""Unknown keywords refused when a ``Shard*`` strategy is built, naming the closest known one.
-
-Every ``Shard*`` strategy passes the keywords it does not name itself to its Lightning parent, and
-Lightning's ``DDPStrategy`` / ``FSDPStrategy`` pass the ones they do not name to torch's wrapper
-(``DistributedDataParallel``, ``FullyShardedDataParallel``) only when the fit sets the model up. A typo
-(``split_batch=True``) or a look-alike (``datа_seed`` with a Cyrillic ``а``) would fail there, with torch's
-message and no hint. ``check_keywords`` refuses it at construction instead, with the closest name among the
-strategy's own options and its parents' parameters (read with ``inspect.signature``, so a parameter a newer
-Lightning or torch adds passes through).
-"""
+"""Unknown keywords refused when a ``Shard*`` strategy is built, naming the closest known one: Lightning
+would pass them on to torch's wrapper only when the fit sets the model up (docs/DESIGN.md, "Options")."""
 
 from __future__ import annotations
 
@@ -40,17 +32,8 @@ def parameter_names(function: Callable[..., Any]) -> list[str]:
 
 
 def check_keywords(strategy: type, passed: Mapping[str, Any], parents: Sequence[Callable[..., Any]]) -> None:
-    """Refuse a keyword that neither ``strategy`` nor any of ``parents`` takes.
-
-    Args:
-        strategy: the ``Shard*`` strategy being built (its ``__init__`` names its own options).
-        passed: the keywords its ``__init__`` did not name, which it passes on.
-        parents: the callables those keywords end up in (a Lightning strategy's ``__init__``, torch's
-            ``DistributedDataParallel``), in the order they receive them.
-
-    Raises:
-        TypeError: on the first unknown keyword, with the closest known name.
-    """
+    """Refuse (``TypeError``, with the closest known name) a keyword of ``passed``, those the ``__init__`` of
+    ``strategy`` passes on, that none of ``parents`` (the callables they end up in) takes."""
     accepted = {name for parent in parents for name in parameter_names(parent)}
     unknown = [name for name in passed if name not in accepted]
     if not unknown:

@@ -22,19 +22,16 @@ from lightning_shard.sampling.native_stream import IterableSharding
 class ShardModelParallelStrategy(ShardingHooks, ModelParallelStrategy):
     """``ModelParallelStrategy`` whose loaders are sharded over the ``data_parallel`` mesh dimension only.
 
-    Every rank of a tensor-parallel group gets the same batches (with ``dispatch_batches``, rank 0 sends
-    each rank the slice of its data-parallel index); the plan, ``ShardDataModule.num_processes``,
-    scheduler scaling, ``gather_for_metrics`` and the audit count data-parallel processes, not ranks.
-    Apply FSDP2 / tensor parallelism in ``LightningModule.configure_model`` (``self.device_mesh``) as
-    with Lightning's strategy. The training loader's position is saved in both checkpoint formats
-    (``save_distributed_checkpoint=True``: a directory; ``False``: one file). Registered as
+    Every rank of a tensor-parallel group gets the same batches; the plan, ``num_processes``, scheduler
+    scaling, ``gather_for_metrics`` and the audit count data-parallel processes, not ranks. Apply FSDP2 /
+    tensor parallelism in ``LightningModule.configure_model`` (``self.device_mesh``) as with Lightning's
+    strategy. The training loader's position is saved in both checkpoint formats. Registered as
     ``"shard_model_parallel"``.
 
-    ``ModelParallelStrategy``'s arguments (``data_parallel_size``, ``tensor_parallel_size``,
-    ``save_distributed_checkpoint``, ``process_group_backend``, ``timeout``) mean what they mean there.
-    Keyword arguments: the loader options (the fields of ``ShardOptions``) and the strategy options
-    (those of ``StrategyOptions``), both documented in the options table. ``rng_types`` defaults to
-    ``("generator",)`` here.
+    ``ModelParallelStrategy``'s arguments, from ``data_parallel_size`` to ``timeout``, mean what they mean
+    there.
+    Keyword arguments: the options of ``ShardOptions`` and ``StrategyOptions`` (the options table);
+    ``rng_types`` defaults to ``("generator",)`` here.
 
     Args:
         **kwargs: an argument a newer ``ModelParallelStrategy`` takes, passed to it; any other keyword is

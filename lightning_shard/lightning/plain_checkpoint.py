@@ -1,14 +1,6 @@
 """A checkpoint written under a ``Shard*`` strategy, made one that plain Lightning resumes from
-(``to_plain_checkpoint``; on the command line, ``python -m lightning_shard.lightning.to_plain``).
-
-Lightning keeps each stateful training loader's state in the fit loop's part of a checkpoint and, on
-resume, refuses a checkpoint with more loader states than the fit has stateful loaders ("The
-CombinedLoader has 0 stateful loaders, but found 1 states in the checkpoint"), which is what a plain
-``DataLoader`` under ``Trainer(strategy="ddp")`` meets in one of ours. ``to_plain_checkpoint`` removes
-what only lightning_shard reads (docs/guides/resume.md, "Back to plain Lightning"): the loaders'
-positions and our callbacks' states. The model, the optimizers, the schedulers and the loops' progress
-(epoch, step, the batch within the epoch) stay as they are.
-"""
+(``to_plain_checkpoint``; on the command line, ``python -m lightning_shard.lightning.to_plain``;
+docs/DESIGN.md, "Elastic resume")."""
 
 from __future__ import annotations
 
@@ -31,9 +23,7 @@ from lightning_shard.loaders.state import STATE_FORMAT
 OUR_CALLBACK_KEYS = (ShardRandomStatesCallback().state_key, ShardAuditCallback.__qualname__)
 """The keys (``Callback.state_key``) under which our callbacks keep their state in a checkpoint."""
 META_FILE = "meta.pt"
-"""What a sharded checkpoint directory (``ShardModelParallelStrategy``, ``ShardFSDPStrategy`` with
-``state_dict_type="sharded"``) keeps beside the tensors: the loops' and callbacks' states, as Lightning
-names it."""
+"""The file of the loops' and callbacks' states in a sharded checkpoint directory, as Lightning names it."""
 
 
 def to_plain_checkpoint(

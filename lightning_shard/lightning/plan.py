@@ -25,20 +25,18 @@ class ShardPlan:
         steps_per_epoch: optimizer steps per epoch, after ``limit_train_batches`` and
             ``accumulate_grad_batches`` (``None``: unsized data).
         dataset_length: samples in the dataset (``None``: unsized).
-        padded_samples: duplicates added so the last step is full on every process, in the epoch the fit
-            starts in (after a resume on another number of processes: in what was left of it).
+        padded_samples: duplicates added so the last step is full on every process, in (what is left of)
+            the epoch the fit starts in.
         dropped_samples: samples left out because of ``drop_last=True`` (the same epoch).
         scheduler_scaling: how ``interval="step"`` schedulers are stepped (empty: the fit has none).
         short_schedulers: step schedulers whose schedule ends before the fit stops stepping them.
         mode: ``"shard"`` (each process loads its part) or ``"dispatch"`` (process 0 loads).
         stream: how an iterable dataset is split and how uneven ends are handled (``None``: map-style).
-        scalable_shuffle: whether the order is ``scalable_shuffle``'s keyed permutation (not
-            ``RandomSampler``'s).
+        scalable_shuffle: whether the order is ``scalable_shuffle``'s keyed permutation.
         accumulate_grad_batches: batches whose gradients each optimizer step sums. Lightning saves no
             accumulated gradient, so only a checkpoint written at an optimizer step resumes bit for bit.
         split_batches: whether each batch of the loader is split among the processes.
-        ranks: the processes of the job when more than ``num_processes`` (tensor-parallel peers share
-            batches); ``None`` when every process is a data-parallel one.
+        ranks: the processes of the job when more than ``num_processes`` (tensor-parallel peers).
         resumed_at: the optimizer step of the epoch the fit resumed at (``None``: the epoch starts).
     """
 
@@ -123,10 +121,8 @@ def plan_for(
 ) -> ShardPlan:
     """The plan of ``loader`` for a fit that runs ``num_training_batches`` batches per epoch.
 
-    ``step_schedulers``: whether the fit has a scheduler that ``scaling`` applies to; without one the
-    plan says nothing about scheduler stepping. ``ranks``: the job's processes, when more than the
-    data-parallel ones. ``resumed_batches``: the batches of the epoch a checkpoint's loader state had
-    consumed (0: the epoch starts).
+    ``step_schedulers``: whether the fit has a scheduler ``scaling`` applies to. ``ranks``: the job's
+    processes. ``resumed_batches``: the batches of the epoch a checkpoint's loader state had consumed.
     """
     state = loader.sharding
     global_batch = loader.total_batch_size
@@ -164,9 +160,7 @@ def plan_for(
 def _padding(loader: ShardLoader, batches: int | None) -> tuple[int | None, int | None]:
     """(padded, dropped) samples of the epoch the fit starts in; ``None`` when the lengths are unknown.
 
-    NOTE: after an elastic resume the epoch's first ``base_steps`` steps ran under another number of
-    processes and consumed ``base`` units (``state.step_size`` per step now): only the steps left run at
-    this global batch, over the samples left.
+    NOTE: after an elastic resume only the steps left run at this global batch, over the samples left.
     """
     state, global_batch = loader.sharding, loader.total_batch_size
     if batches is None or state.dataset_length is None or not global_batch:

@@ -1,12 +1,6 @@
-"""Predictions in dataset order: what one process would have predicted, gathered from all of them.
-
-Predict loaders neither pad nor dispatch, so data-parallel process ``r`` predicts global batches
-``r, r + N, ...`` (or slice ``r`` of every batch with ``split_batches``). Ordering each process's batches
-by ``(step, process)`` and joining the slices of one step gives exactly the list a single process
-returns: the dataset's order for an unshuffled loader, each sample once (docs/DESIGN.md, "Exact
-evaluation"). ``PredictionGatherer`` does this for ``trainer.predict``'s return value on rank 0;
-``ShardPredictionWriter`` writes each process's predictions and merges them in order on rank 0.
-"""
+"""Predictions in dataset order: what one process would have predicted, gathered from all of them
+(docs/DESIGN.md, "Exact evaluation"). ``PredictionGatherer`` does it for ``trainer.predict``'s return
+value on rank 0; ``ShardPredictionWriter`` merges the processes' files in order on rank 0."""
 
 from __future__ import annotations
 
@@ -31,12 +25,9 @@ def merge_in_order(
 ) -> list[Any]:
     """One list of batch predictions in the order a single process makes them.
 
-    Args:
-        parts: ``(data-parallel index, that process's batch predictions)`` from every process; a
-            data-parallel index seen twice (tensor-parallel peers) counts once.
-        split_batches: whether each step's batch was split across processes (its slices are joined).
-        by_process: the processes read consecutive parts of the data (a natively sharded stream: process
-            ``r`` reads the ``r``-th group of shards), so their predictions follow one another.
+    ``parts``: ``(data-parallel index, predictions)`` of every process, an index seen twice counted once.
+    ``split_batches``: each step's slices are joined. ``by_process``: the processes read consecutive parts
+    of the data (a natively sharded stream), so their predictions follow one another.
     """
     by_index: dict[int, list[Any]] = {}
     for index, predictions in parts:
@@ -69,13 +60,8 @@ def _by_process(trainer: pl.Trainer) -> list[bool]:
 
 class PredictionGatherer(Callback):
     """Makes ``trainer.predict`` return, on rank 0, what a single process would: every process's
-    predictions, each sample once, in order. Other ranks keep their own (Lightning's behaviour).
-
-    A strategy adds it unless ``gather_predictions=False`` (each rank then keeps only its own, as under DDP).
-
-    Args:
-        topology: the data-parallel topology at the time of the predict run.
-        split_batches: whether the predict loaders split each batch across the processes.
+    predictions, each sample once, in order. Other ranks keep their own, as under DDP. ``topology`` and
+    ``split_batches`` are read when the predict run ends.
     """
 
     def __init__(self, topology: Callable[[], Topology], split_batches: Callable[[], bool]) -> None:

@@ -1,12 +1,6 @@
 """Where each process's random states go in a checkpoint: process 0's in the checkpoint, every other
-process's in a file of its own beside it (docs/DESIGN.md, "Random states on resume", "Scale").
-
-Each process writes and reads only its own states (about 17 KB), through the strategy's
-``CheckpointIO``, so what process 0 writes does not grow with the number of processes and no collective
-runs. Process ``r`` writes ``<checkpoint>.random_states/rank_<r>.pt`` beside a checkpoint file, or
-``random_states/rank_<r>.pt`` inside a checkpoint directory (a sharded checkpoint). The checkpoint names
-the file it was saved as, so that a link to it (``ModelCheckpoint(save_last="link")``) finds them too.
-"""
+process's in a file of its own beside it, ``<checkpoint>.random_states/rank_<r>.pt`` (or
+``random_states/rank_<r>.pt`` inside a checkpoint directory; docs/DESIGN.md, "Random states on resume")."""
 
 from __future__ import annotations
 
@@ -26,8 +20,7 @@ Location = str | Path
 """A checkpoint's path or URL, as Lightning takes it."""
 
 KEY = "lightning_shard.random_states"
-"""The key of the random states in a checkpoint: a callback's state key, a key of what ``fabric.save``
-writes."""
+"""The key of the random states in a checkpoint: a callback's state key, or a key ``fabric.save`` writes."""
 FOLDER = "random_states"
 """The folder of the other processes' states: ``<checkpoint>.random_states`` or ``<checkpoint>/random_states``."""
 
@@ -50,12 +43,8 @@ def write_own(
 
 
 def read_own(io: CheckpointIO, path: Location, entry: dict[str, Any], **load_options: Any) -> dict[str, Any]:
-    """``entry``, read from the checkpoint at ``path``; where it is another process's states saved by as
-    many processes as this run has, this process's own, read from beside the checkpoint (a warning when
-    they are not there: its random streams then start afresh).
-
-    ``load_options``: what the checkpoint itself was loaded with (``weights_only``).
-    """
+    """``entry``, or where it is another process's states saved by as many processes, this process's own,
+    read from beside the checkpoint with ``load_options`` (a warning when they are not there)."""
     rank = global_rank()
     if (
         entry.get("version") != PER_PROCESS

@@ -1,13 +1,5 @@
-"""Ray Train: ``RayShardStrategy``, ``ShardReportCallback`` and ``restored_checkpoint``
-(docs/guides/multi-machine.md, "Ray Train").
-
-Needs the extra, ``pip install "lightning_shard[ray]"``. ``import lightning_shard`` does not import this
-module, so it never imports Ray. Ray's ``prepare_trainer`` accepts only subclasses of its own strategies;
-``RayShardStrategy`` is one, with every ``ShardStrategy`` option. Ray's ``RayTrainReportCallback`` reports
-a checkpoint at each epoch's end only, so a worker lost mid-epoch would restart the epoch's position;
-``ShardReportCallback`` saves and reports one every ``k`` steps, and a restarted group resumes from it
-exactly, on however many workers it restarts with.
-"""
+"""Ray Train: ``RayShardStrategy``, ``ShardReportCallback`` and ``restored_checkpoint`` (docs/guides/
+multi-machine.md, "Ray Train"). Needs the ``ray`` extra; ``import lightning_shard`` does not import it."""
 
 from __future__ import annotations
 
@@ -52,11 +44,9 @@ class RayShardStrategy(ShardStrategy, RayDDPStrategy):  # type: ignore[misc]
 class ShardReportCallback(Checkpoint):
     """Saves a checkpoint every ``every_n_train_steps`` optimizer steps and reports it to Ray Train.
 
-    A ``Checkpoint`` callback, so Lightning runs it after the others at each batch's end, as it does
-    ``ModelCheckpoint``: what the checkpoint records of the step (the loaders' position, the audit) is
-    complete, and Lightning adds no ``ModelCheckpoint`` of its own beside it (leave ``enable_checkpointing``
-    at its default: Lightning refuses a checkpoint callback with ``enable_checkpointing=False``). Every rank
-    calls ``ray.train.report`` (Ray requires it); rank 0 writes the file.
+    A ``Checkpoint`` callback, so Lightning runs it after the others at each batch's end and adds no
+    ``ModelCheckpoint`` beside it (leave ``enable_checkpointing`` at its default: Lightning refuses a
+    checkpoint callback without it). Every rank calls ``ray.train.report``; rank 0 writes the file.
 
     Args:
         every_n_train_steps: optimizer steps between two checkpoints (what a restart redoes at most).

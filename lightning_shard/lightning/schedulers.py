@@ -46,11 +46,8 @@ def wrap_optimizers(optimizers: list[Optimizer]) -> list[Optimizer]:
 def wrap_schedulers(
     configs: list[LRSchedulerConfig], optimizers: list[Optimizer], scaling: SchedulerScaling
 ) -> list[LRSchedulerConfig]:
-    """``configs`` with each ``interval="step"`` scheduler in a ``ShardScheduler``.
-
-    ``interval="epoch"`` schedulers and ``ReduceLROnPlateau`` keep stepping once per epoch / monitored
-    value, unscaled; so does everything when ``scaling`` is disabled.
-    """
+    """``configs`` with each ``interval="step"`` scheduler in a ``ShardScheduler`` (unless ``scaling`` is
+    disabled); ``interval="epoch"`` schedulers and ``ReduceLROnPlateau`` keep theirs, unscaled."""
     return [_wrapped(config, optimizers, scaling) for config in configs]
 
 
@@ -110,11 +107,8 @@ def scheduler_horizon(scheduler: object) -> int | None:
 def short_schedulers(
     trainer: pl.Trainer, configs: list[LRSchedulerConfig], scaling: SchedulerScaling
 ) -> list[ShortSchedule]:
-    """The step schedulers that this fit will step past the end of their schedule.
-
-    NOTE: ``trainer.estimated_stepping_batches`` counts optimizer steps; a scaled scheduler steps
-    ``scaling.factor`` times per optimizer step, so a schedule sized by it ends early.
-    """
+    """The step schedulers that this fit will step past the end of their schedule (a scaled scheduler
+    steps ``scaling.factor`` times per optimizer step, which ``estimated_stepping_batches`` counts)."""
     total = trainer.estimated_stepping_batches
     if math.isinf(total):
         return []

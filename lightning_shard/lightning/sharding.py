@@ -74,13 +74,8 @@ class HostStrategy(Protocol):
 class StrategySharding:
     """The sharding state and behaviour of one ``Shard*`` strategy; the strategy's hooks call it.
 
-    Args:
-        strategy: the strategy holding it, read only through ``HostStrategy``.
-        arguments: the strategy's arguments; those named like a field of ``ShardOptions`` or
-            ``StrategyOptions`` are its options, the others are ignored.
-
-    Raises:
-        RuntimeError: on a Lightning release older than the supported range (``check_lightning_version``).
+    ``strategy`` is read only through ``HostStrategy``; of its ``arguments``, those named like a field of
+    ``ShardOptions`` or ``StrategyOptions`` are its options. Refuses an unsupported Lightning release.
     """
 
     def __init__(self, strategy: HostStrategy, arguments: Mapping[str, Any]) -> None:
@@ -197,14 +192,8 @@ class StrategySharding:
         return loader
 
     def _handed_back(self, loader: ShardLoader) -> ShardLoader:
-        """A training loader of ours that Lightning hands back to be measured again, put in the trainer's epoch.
-
-        NOTE: Lightning puts the loaders it prepares back into the user's ``CombinedLoader``, so a reload of
-        it (at an epoch's start, or the rebuild of ``rebuild_unrestored_training_loaders``) hands ours back.
-        Lightning measures them before ``on_train_epoch_start`` sets their epoch: one still in the epoch
-        Lightning stopped without exhausting it would be measured as that epoch, which after a resume on
-        another number of processes has the steps taken there plus the steps left.
-        """
+        """A training loader of ours that a reload hands back, put in the trainer's epoch before Lightning
+        measures it (still in a resumed epoch, it would count that epoch's steps taken plus steps left)."""
         self._rounds.keep(loader)
         self._epoch_callback.align(self.trainer, loader)
         return loader
@@ -295,9 +284,8 @@ class StrategySharding:
 def exact_mean(tensor: Any, group: Any, reduce_op: Any) -> torch.Tensor | None:
     """An integer tensor averaged over the processes in floating point; ``None`` for any other reduction.
 
-    ``self.log(..., sync_dist=True)`` divides the sum of the logged values by the sum of the batch sizes,
-    each averaged over the processes; Lightning averages the (integer) batch sizes with truncation, which
-    is inexact as soon as processes hold different numbers of samples, as balanced evaluation loaders do.
+    Lightning truncates the averaged integer batch sizes of ``self.log(..., sync_dist=True)``, which is
+    inexact when processes hold different numbers of samples, as balanced evaluation loaders do.
     """
     mean = isinstance(reduce_op, str) and reduce_op.lower() in ("mean", "avg")
     integer = isinstance(tensor, torch.Tensor) and not torch.is_floating_point(tensor)
@@ -311,16 +299,9 @@ def exact_mean(tensor: Any, group: Any, reduce_op: Any) -> torch.Tensor | None:
 def gather_stream_for_metrics(data: Any, padding: int, sources: Sequence[int] | None = None) -> Any:
     """``data`` of every process in process order, without the parts of processes whose batch was padding.
 
-    Every process must call it (two all-gathers: each process's row count and padding, then ``data``);
-    ``sources`` keeps one rank per data-parallel index, as in ``gather_in_process_order``.
-
-    NOTE: a strided or map-style loader pads only the last global batch, so dropping the padding needs the
-    loader's ``remainder`` at its last batch (``StrategySharding.gather_for_metrics``). A stream whose
-    shares end unevenly pads whole batches, on some processes only, for several steps, and which batch is
-    the last is known only one step later. So each batch's padding is queued by the loader as it is
-    yielded, taken by the strategy when Lightning moves that batch to the device (once per consumed batch,
-    after Lightning's read-ahead), and the gather drops the parts of the processes whose batch was padding
-    (docs/DESIGN.md, "Streaming data").
+    Every process must call it (two all-gathers: row counts and padding, then ``data``). A stream whose
+    shares end unevenly pads whole batches on some processes for several steps, so each batch's padding
+    comes from the loader's queue, not from ``remainder`` (docs/DESIGN.md, "Streaming data").
     """
     rows = _rows(data)
     counts = gather_in_process_order(
@@ -347,21 +328,12 @@ def _rows(data: Any) -> int:
 
 
 def _load_early(loader: ShardLoader, states: list[Any], position: int, data_seed: int | None) -> int:
-    """Load a checkpoint's state into the loader it is meant for before Lightning measures it; the
-    batches of the epoch that state had consumed (0 without one).
-
-    Lightning loads it again after measuring; loading the same state twice is harmless.
-    """
+    """Load a checkpoint's state into its loader before Lightning measures it (Lightning loads it again
+    after, harmlessly); return the batches of the epoch that state had consumed (0 without one)."""
     state = states[position] if position < len(states) else None
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         return 0
-    _warn_about_another_seed(state.get("sampler_seed"), data_seed)
-    loader.load_state_dict(state)
-    return int(state["steps"])
-
-
-def _warn_about_another_seed(saved: Any, data_seed: int | None) -> None:
-    """Say so when a ``data_seed`` passed on purpose differs from the seed the checkpoint continues."""
+    saved = state.get("sampler_seed")
     if data_seed is not None and saved is not None and saved != data_seed:
         warn(
             f"lightning_shard: `data_seed={data_seed}` is ignored in this fit: the checkpoint's loader state "
@@ -369,3 +341,5 @@ def _warn_about_another_seed(saved: Any, data_seed: int | None) -> None:
             "one's order exactly. To shuffle with the new seed, start a new fit (no `ckpt_path`), or pass "
             f"`data_seed={saved}` to silence this."
         )
+    loader.load_state_dict(state)
+    return int(state["steps"])

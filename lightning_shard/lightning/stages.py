@@ -43,8 +43,7 @@ _RUNNING_STAGES = {
     RunningStage.TESTING: ("test", "test_dataloaders"),
     RunningStage.PREDICTING: ("predict", "predict_dataloaders"),
 }
-"""Each running stage of Lightning: its options key (one of ``STAGES``) and the trainer attribute that
-holds its loaders."""
+"""Each running stage of Lightning: its options key and the trainer attribute that holds its loaders."""
 
 
 def stage_key(stage: RunningStage | None) -> str:
@@ -61,13 +60,8 @@ def running_loaders(trainer: pl.Trainer) -> list[Any]:
 
 
 def stage_defaults(options: ShardOptions, stage: str) -> ShardOptions:
-    """The strategy's options as ``stage`` uses them before any per-stage override.
-
-    Training uses them as given. Validation and test are balanced: every process runs as many steps (so
-    per-step collectives cannot hang) and no step repeats a sample, so metrics need no correction
-    (docs/DESIGN.md, "Exact evaluation"). Predict neither pads nor dispatches, so that every sample is
-    predicted exactly once.
-    """
+    """The strategy's options as ``stage`` uses them before any per-stage override: validation and test
+    balanced, predict neither padding nor dispatching (docs/DESIGN.md, "Exact evaluation")."""
     if stage in ("validate", "test"):
         return options.replace(even_batches=BALANCED)
     if stage == "predict":
@@ -101,11 +95,7 @@ def prepare_for_stage(
 
 
 def check_even_training(loader: DataLoader, options: ShardOptions, topology: Topology) -> None:
-    """Refuse a training loader that would give processes different numbers of steps (DDP would hang).
-
-    Raises:
-        ValueError: with ``even_batches=False`` when the processes' loader lengths differ.
-    """
+    """Refuse (``ValueError``) a training loader that would give processes different numbers of steps."""
     problem = uneven_steps(loader, options, topology)
     if problem is not None:
         raise ValueError(problem)

@@ -17,12 +17,7 @@ from typing_extensions import override
 
 from lightning_shard.comm.collectives import destroy_group_at_exit
 from lightning_shard.comm.topology import Topology
-from lightning_shard.lightning._private import (
-    StrategyRegistryType,
-    callback_state,
-    register_names,
-    replace_callback_state,
-)
+from lightning_shard.lightning._private import RegisteredNames, callback_state, replace_callback_state
 from lightning_shard.lightning.audit_callback import EpochAudit
 from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.plan import ShardPlan
@@ -43,18 +38,15 @@ from lightning_shard.sampling.balance import EvenBatches
 from lightning_shard.sampling.native_stream import IterableSharding
 
 
-class ShardingHooks(ParallelStrategy):
+class ShardingHooks(RegisteredNames, ParallelStrategy):
     """The Lightning hooks and the public surface of every ``Shard*`` strategy, each a delegation.
 
-    Holds no state and needs no ``__init__``: every member calls Lightning's implementation (``super()``)
-    and the ``StrategySharding`` the strategy's own ``__init__`` builds into ``_sharding``, or reads it.
-    A strategy lists it before one of Lightning's (``ShardStrategy(ShardingHooks, DDPStrategy)``); it
-    differs from the others only in that base, its constructor and ``data_parallel_topology``.
+    Stateless: each member calls Lightning's implementation and the ``StrategySharding`` that the
+    strategy's ``__init__`` sets as ``_sharding``. A strategy lists it before one of Lightning's
+    (``ShardStrategy(ShardingHooks, DDPStrategy)``).
     """
 
     _sharding: StrategySharding
-    REGISTERED_NAMES: tuple[tuple[str, dict[str, Any]], ...] = ()
-    """``(name, init_args)`` under which the strategy registers in Lightning's ``StrategyRegistry``."""
 
     # -- what the strategy is -----------------------------------------------------------------------
     @property
@@ -138,12 +130,10 @@ class ShardingHooks(ParallelStrategy):
     def gather_for_metrics(self, data: Any) -> Any:
         """``data`` of every process in process order, without the samples ``even_batches`` repeated.
 
-        ``data`` may be anything: a tensor (rows may differ per process), a nested structure, a list of
-        dicts, strings. Validation and test loaders repeat no sample (``even_batches="balanced"``), so
-        their outputs are gathered as they are, in a step or at the epoch's end. A loader that pads its
-        last step (training, iterable or dispatched data) has the padding dropped when this is called in
-        the step of that batch; so gathering a 103-sample set yields exactly 103 rows either way. Every
-        process must call it.
+        ``data`` may be anything (tensors whose rows differ per process, nested structures, lists of
+        objects). Validation and test loaders repeat no sample, so they gather as they are, in a step or
+        at the epoch's end; a loader that pads its last step has the padding dropped when this is called
+        in that step, so a 103-sample set yields 103 rows either way. Every process must call it.
 
         Raises:
             ValueError: if the current loader is uneven (``even_batches=False``) on several processes, or
@@ -156,9 +146,7 @@ class ShardingHooks(ParallelStrategy):
     def setup_environment(self) -> None:
         super().setup_environment()
         destroy_group_at_exit()
-        export_rank_variables(
-            self.global_rank, self.world_size, self.local_rank, len(self.parallel_devices or ())
-        )
+        export_rank_variables(self)
 
     @override
     def connect(self, model: pl.LightningModule) -> None:
@@ -226,10 +214,7 @@ class ShardingHooks(ParallelStrategy):
     def load_checkpoint(
         self, checkpoint_path: str | Path, weights_only: bool | None = None
     ) -> dict[str, Any]:
-        """Lightning's load, with this process's random states read from beside the checkpoint.
-
-        ``weights_only`` (Lightning 2.6 on) is passed on when given, and reads the random states too.
-        """
+        """Lightning's load, with this process's random states read from beside the checkpoint."""
         options = {} if weights_only is None else {"weights_only": weights_only}
         checkpoint = super().load_checkpoint(checkpoint_path, **options)
         entry = callback_state(checkpoint, KEY)
@@ -253,11 +238,6 @@ class ShardingHooks(ParallelStrategy):
         # NOTE: abstract in `ParallelStrategy`; every Lightning strategy a `Shard*` one is built on defines it.
         return super().reduce(tensor, group=group, reduce_op=reduce_op)  # type: ignore[safe-super]
 
-    @classmethod
-    @override
-    def register_strategies(cls, strategy_registry: StrategyRegistryType) -> None:
-        register_names(cls, strategy_registry, cls.REGISTERED_NAMES)
-
 
 class ShardStrategy(ShardingHooks, DDPStrategy):
     """DDP whose loaders are sharded by ``prepare_data_loader`` instead of Lightning's ``DistributedSampler``.
@@ -270,15 +250,13 @@ class ShardStrategy(ShardingHooks, DDPStrategy):
     Lightning's checkpoints and restored exactly. Registered as ``"shard"``, ``"shard_spawn"`` and
     ``"shard_notebook"`` (forked processes, for Jupyter, as Lightning's ``"ddp_notebook"``).
 
-    Keyword arguments: the loader options (the fields of ``ShardOptions``) and the strategy options
-    (those of ``StrategyOptions``), both documented in the options table. ``rng_types`` defaults to
-    ``("generator",)`` here.
+    Keyword arguments: the options of ``ShardOptions`` and ``StrategyOptions`` (the options table);
+    ``rng_types`` defaults to ``("generator",)`` here.
 
     Args:
         **kwargs: any ``DDPStrategy`` argument (``find_unused_parameters``, ``timeout``, ``start_method``, ...).
-            ``timeout`` (Lightning's default: 30 minutes) bounds how long a process waits for a peer that
-            is alive but stuck, and also the start-up rendezvous; a killed peer ends the others at once
-            on gloo (see ``benchmarks/RELIABILITY.md``).
+            ``timeout`` (default 30 minutes) bounds the wait for a peer that is alive but stuck, and the
+            start-up rendezvous; a killed peer ends the others at once on gloo.
 
     Raises:
         ValueError / TypeError: on inconsistent options (see ``ShardOptions`` and ``StrategyOptions``).

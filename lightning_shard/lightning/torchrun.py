@@ -1,40 +1,27 @@
-"""The launch environment: the rank variables ``torchrun`` sets, and what an elastic ``torchrun`` launch needs
-that the strategy can see from inside a worker (docs/guides/multi-machine.md, docs/DESIGN.md "Lightning
-adapter").
-
-Lightning's own launchers set ``WORLD_SIZE``, ``LOCAL_RANK`` and ``NODE_RANK``, but not ``RANK`` and
-``LOCAL_WORLD_SIZE``, which ``torchrun`` sets and streaming libraries read: webdataset's ``split_by_node``
-in a ``DataLoader`` worker started by ``spawn`` or ``forkserver`` (which has no process group: without
-``RANK`` it reads everything in every process), and mosaicml-streaming when a dataset is built (without them
-every process takes itself for rank 0). So the strategies export all four, as ``torchrun`` would, once their
-process group runs (``export_rank_variables``), as Lightning's DeepSpeed strategy does.
-
-torch shares the rendezvous' TCP store with the workers by default, and the agent that is rank 0 publishes
-its address (``MASTER_ADDR``) only at its first rendezvous: a node that joins a running elastic job
-(``--nnodes=MIN:MAX``) then waits for an address that never comes, and the rendezvous fails after 60
-seconds on every node (the whole job stops). ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in every agent's environment avoids it. A worker cannot
-set it for its agent (the agent read it before starting the worker), so the strategy says so at start-up.
-"""
+"""The launch environment: the rank variables ``torchrun`` sets, which streaming libraries read, and the
+warning an elastic ``torchrun`` launch needs (docs/DESIGN.md, "Lightning adapter", "Streams that split
+themselves")."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from lightning_shard.log import warn
 
 SHARE_SETTING = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 
-def export_rank_variables(global_rank: int, world_size: int, local_rank: int, local_world_size: int) -> None:
-    """Set ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` as ``torchrun`` does (their values
-    under ``torchrun``, so a ``torchrun`` launch keeps its own)."""
+def export_rank_variables(strategy: Any) -> None:
+    """Set ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` of a started ``strategy`` as
+    ``torchrun`` does (their values under ``torchrun``, so a ``torchrun`` launch keeps its own)."""
     os.environ.update(
-        RANK=str(global_rank),
-        WORLD_SIZE=str(world_size),
-        LOCAL_RANK=str(local_rank),
-        LOCAL_WORLD_SIZE=str(local_world_size),
+        RANK=str(strategy.global_rank),
+        WORLD_SIZE=str(strategy.world_size),
+        LOCAL_RANK=str(strategy.local_rank),
+        LOCAL_WORLD_SIZE=str(len(strategy.parallel_devices or ())),
     )
 
 
