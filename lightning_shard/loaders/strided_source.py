@@ -12,25 +12,20 @@ from typing import Any
 import torch
 
 from lightning_shard.loaders.position import Position, ShardingInfo
-from lightning_shard.loaders.source import Batches, ShardSource, moving, rows_of
+from lightning_shard.loaders.source import Batches, StreamSource, moving, rows_of
 from lightning_shard.loaders.stream_agreement import checked_first
 from lightning_shard.loaders.stream_replay import replayed_batches
-from lightning_shard.loaders.streams import SHORTEST, StreamRun, describe
+from lightning_shard.loaders.streams import SHORTEST, describe
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.native_stream import STRIDED_STREAM
 
 
-class StridedSource(ShardSource):
+class StridedSource(StreamSource):
     """``shard`` read by the loader's ``DataLoader``; a start skips inside the shard (whole global batches
     read and dropped) or, with workers, drops batches after the ``DataLoader`` interleaves them; the rest of
     an epoch another number of processes began with workers is replayed in that epoch's order."""
 
-    stream: StreamRun
-
-    def __init__(self, loader: Any, shard: IterableDatasetShard, stream: StreamRun) -> None:
-        super().__init__(loader)
-        self.shard = shard
-        self.stream = stream
+    shard: IterableDatasetShard
 
     def batches(self, start: Position) -> Batches:
         loader, shard = self.loader, self.shard
@@ -81,21 +76,7 @@ class StridedSource(ShardSource):
         return int(rounded(elements / batch_size))
 
     def sharding(self) -> ShardingInfo:
-        shard = self.shard
-        length = getattr(shard.dataset, "__len__", None)
-        return ShardingInfo(
-            mode="shard",
-            num_processes=shard.num_processes,
-            split_batches=shard.split_batches,
-            even_batches=self.stream.even_batches,
-            drop_last=shard.drop_last,
-            batch_size=shard.batch_size,
-            dataset_length=int(length()) if callable(length) else None,
-            sampler=STRIDED_STREAM,
-        )
-
-    def set_epoch(self, epoch: int) -> None:
-        self.shard.set_epoch(epoch)
+        return self.stream_sharding(STRIDED_STREAM, self.shard.drop_last, sized=True)
 
     def describe(self) -> str:
         return describe("strided, every process reads the whole stream", self.stream)
