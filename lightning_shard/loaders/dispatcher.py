@@ -77,7 +77,12 @@ class DataLoaderDispatcher(ResumableLoader):
     ) -> None:
         skip_batches = check_non_negative("skip_batches", skip_batches)
         topology = topology if topology is not None else resolve_topology(num_processes, process_index)
-        _check_group(topology)
+        if topology.num_processes > 1 and not is_distributed():
+            raise ValueError(
+                f"`dispatch_batches=True` with `num_processes={topology.num_processes}` needs a running "
+                "torch.distributed process group to send batches over. Call `torch.distributed.init_process_group` "
+                "first (Lightning's strategy does), or use `dispatch_batches=False`."
+            )
         self.kind = kind if kind is not None else dispatched_kind(dataset)
         if kwargs.get("batch_sampler") is not None and not self.kind.stream:
             kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
@@ -137,12 +142,3 @@ class DataLoaderDispatcher(ResumableLoader):
 
 class StatefulDataLoaderDispatcher(DataLoaderDispatcher, StatefulDataLoader):
     """``DataLoaderDispatcher`` backed by torchdata's ``StatefulDataLoader``; its state is the shard state."""
-
-
-def _check_group(topology: Topology) -> None:
-    if topology.num_processes > 1 and not is_distributed():
-        raise ValueError(
-            f"`dispatch_batches=True` with `num_processes={topology.num_processes}` needs a running "
-            "torch.distributed process group to send batches over. Call `torch.distributed.init_process_group` "
-            "first (Lightning's strategy does), or use `dispatch_batches=False`."
-        )

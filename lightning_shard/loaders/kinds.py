@@ -1,10 +1,5 @@
-"""The one decision: what kind of data a loader holds (docs/DESIGN.md, "Kinds of data").
-
-``classify`` looks at the user's ``DataLoader`` once, when it is prepared, and returns a ``DataKind``: which
-source reads it (``loaders/sources/``), who splits the data, how a stream's processes end, what the state
-records, and why (the plan line and the fallback warning say it). It is the only code that inspects the
-types of datasets, samplers and libraries; everything after reads the ``DataKind``.
-"""
+"""The one decision: what kind of data a loader holds, a ``DataKind``; the only code that inspects the types of
+datasets, samplers and libraries (docs/DESIGN.md, "Kinds of data")."""
 
 from __future__ import annotations
 
@@ -77,8 +72,9 @@ def classify_built(dataset: Any, kwargs: dict[str, Any]) -> DataKind:
     """The ``DataKind`` of a ``DataLoaderShard`` built directly over ``dataset`` (the seed's constructor)."""
     if isinstance(dataset, IterableDatasetShard):
         ends = stream_ends_for(True, dataset.even_batches or dataset.num_processes == 1)
-        kind = DataKind("strided", state_name=STRIDED_STREAM, stream_ends=ends)
-        return DataKind(**{**vars(kind), "fingerprinted": dataset.fingerprinted})
+        return DataKind(
+            "strided", state_name=STRIDED_STREAM, stream_ends=ends, fingerprinted=dataset.fingerprinted
+        )
     if isinstance(dataset, NativeStreamShard):
         return DataKind(
             "shares",
@@ -183,9 +179,8 @@ def _stream(
 
 
 def _dispatched_stream(dataset: Any, num_processes: int) -> DataKind:
-    """A stream process 0 reads whole: one that splits itself by rank gives it its own part only, so it is
-    refused (unless it can be told to read everything); a natively shardable one is split among its
-    workers with ``shard()``."""
+    """A stream process 0 reads whole: one that splits itself by rank is refused unless it can be told to read
+    everything; a natively shardable one is split among its workers with ``shard()``."""
     splits = self_split(dataset)
     if splits is not None and num_processes > 1 and not splits.dispatchable:
         raise ValueError(
@@ -267,12 +262,8 @@ SELF_SPLITTING: tuple[Recogniser, ...] = (
 
 
 def self_split(dataset: Any) -> SelfSplit | None:
-    """How ``dataset`` already splits itself by rank (then it must not be sharded again), or ``None``.
-
-    Recognised: ``splits_by_rank = True`` on the dataset (declared), a Hugging Face dataset passed
-    through ``datasets.distributed.split_dataset_by_node``, LitData's streaming datasets, webdataset pipelines
-    split by ``split_by_node``, and mosaicml-streaming's ``StreamingDataset``.
-    """
+    """How ``dataset`` already splits itself by rank (then it must not be sharded again; ``SELF_SPLITTING``
+    recognises it), or ``None``."""
     for recognise in SELF_SPLITTING:
         found = recognise(dataset)
         if found is not None:

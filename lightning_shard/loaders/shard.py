@@ -132,12 +132,8 @@ class DataLoaderShard(ResumableLoader):
 
 
 class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
-    """``DataLoaderShard`` backed by torchdata's ``StatefulDataLoader`` (``use_stateful_dataloader=True``).
-
-    ``state_dict`` / ``load_state_dict`` are the shard state's, as for ``DataLoaderShard``.
-    NOTE: torchdata's own ``StatefulDataLoader.state_dict(loader)`` is not a resume point of this loader:
-    it counts the batch this loader has read ahead (to know the epoch's last batch), so it is not offered.
-    """
+    """``DataLoaderShard`` backed by torchdata's ``StatefulDataLoader`` (``use_stateful_dataloader=True``);
+    its state is the shard state (torchdata's own counts the batch this loader reads ahead, so it is not offered)."""
 
 
 def _source(loader: DataLoaderShard, stream_ends: StreamEnds | None) -> ShardSource:
