@@ -25,9 +25,8 @@ from lightning_shard.sampling.own_sampler import generator_of, seeded_order
 
 
 class DispatchSource(BatchSource):
-    """Process 0's global batches, cut and sent; every other process receives its slices. A start skips
-    whole batches of the user's loader: by index for map-style data (none is loaded), read and dropped for
-    a stream. An incomplete last global batch is completed with the epoch's first rows."""
+    """Process 0's global batches, cut and sent; every other process receives its slices. A start skips whole
+    batches of the user's loader: by index for map-style data, read and dropped for a stream."""
 
     def __init__(self, loader: Any) -> None:
         super().__init__(loader)
@@ -114,7 +113,7 @@ class DispatchSource(BatchSource):
             cursor.rewind(skipped, start.base)
         source = loader.user_batches(start.workers)
         if cursor is None:
-            head.keep(list(itertools.islice(source, start.base + skipped))[:group])
+            head.batches = list(itertools.islice(source, start.base + skipped))[:group]
         while True:
             batches = list(itertools.islice(source, group))
             if not batches or (len(batches) < group and user_drop_last(loader)):
@@ -255,9 +254,6 @@ class _Head:
     def __init__(self, source: DispatchSource, start: Position, skipped: int) -> None:
         self.source, self.start, self.skipped = source, start, skipped
         self.batches: list[Any] = []
-
-    def keep(self, batches: list[Any]) -> None:
-        self.batches = batches
 
     def read_by_index(self) -> None:
         """The epoch's first batches holding ``N`` rows, fetched by index through the user's loader (when the

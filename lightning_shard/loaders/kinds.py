@@ -38,16 +38,10 @@ def classify(
     even_batches: bool,
     uneven: StreamEnds = SHORTEST,
 ) -> DataKind:
-    """The ``DataKind`` of the user's ``dataloader`` prepared for ``num_processes`` processes.
-
-    ``dispatch``: the option (``None``: dispatch an iterable dataset when ``put_on_device``); ``uneven``:
-    what a stream does with ``even_batches=False`` (``"shortest"``, or ``"own"`` for predict).
-
-    Raises:
-        TypeError / ValueError: on a loader that is not a ``DataLoader`` or is sharded already, and on a
-            stream that cannot be read as asked (``iterable_sharding``, dispatch of a stream that splits
-            itself, a native share its workers cannot split); each names the fix.
-    """
+    """The ``DataKind`` of the user's ``dataloader`` prepared for ``num_processes`` processes (``dispatch=None``
+    dispatches an iterable dataset when ``put_on_device``; ``uneven``: a stream's ends without ``even_batches``).
+    Raises, naming the fix, on a loader that is not a ``DataLoader`` or is sharded already, or on a stream that
+    cannot be read as asked."""
     _check_unsharded(dataloader)
     dataset, workers = dataloader.dataset, dataloader.num_workers
     streamed = isinstance(dataset, IterableDataset)
@@ -59,7 +53,9 @@ def classify(
         return _dispatched_stream(dataset, num_processes)
     kind = _stream(dataset, iterable_sharding, num_processes, workers, process_index == 0)
     ends = stream_ends_for(kind.state_name == STRIDED_STREAM, even_batches, uneven)
-    fingerprinted = kind.source == "strided" and num_processes > 1 and _not_declared_same(dataset)
+    # NOTE: checked unless declared `splits_by_rank = False` (random elements: their contents differ).
+    declared_same = getattr(dataset, "splits_by_rank", None) is False
+    fingerprinted = kind.source == "strided" and num_processes > 1 and not declared_same
     return DataKind(**{**vars(kind), "stream_ends": ends, "fingerprinted": fingerprinted})
 
 
@@ -192,12 +188,6 @@ def _dispatched_stream(dataset: Any, num_processes: int) -> DataKind:
     # NOTE: whatever the loader's workers: a resumed epoch may be read by the count it began with.
     workers_shard = splits is None and _cannot_shard(dataset, 1) is None and not is_hugging_face(dataset)
     return DataKind("strided", True, library=splits, workers_shard=workers_shard)
-
-
-def _not_declared_same(dataset: Any) -> bool:
-    """Whether a strided stream is checked to be the same on every process: unless the dataset declares that
-    it is (``splits_by_rank = False``: its elements may be random, so that their contents differ)."""
-    return getattr(dataset, "splits_by_rank", None) is not False
 
 
 def _say_fallback(reason: str, num_processes: int) -> None:

@@ -1,6 +1,5 @@
-"""How a stream's processes learn that their shares ended (``Agreement``, ``Share``, used by ``StreamRun``), and
-whether a strided stream's read the same first elements (docs/DESIGN.md, "Streaming data", "Streams that split
-themselves")."""
+"""How a stream's processes learn that their shares ended (``Agreement``, ``Share``), and whether a strided
+stream's read the same first elements (docs/DESIGN.md, "Streaming data", "Streams that split themselves")."""
 
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ import torch.distributed as dist
 
 from lightning_shard.comm.collectives import all_gather_objects, communication_device
 from lightning_shard.comm.tree import map_leaves
+from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.stream_fingerprint import Fingerprint, Fingerprinted
 
 END = object()
@@ -70,15 +70,13 @@ def check_same_stream(seen: Fingerprint | None, dataset: Any, num_processes: int
 
 def checked_first(
     batches: Iterator[Any],
-    dataset: Any,
-    num_processes: int,
-    process_index: int,
+    shard: IterableDatasetShard,
     *,
     compare: bool,
     pin: bool,
     in_order: bool,
 ) -> Generator[Any, None, None]:
-    """``batches`` once every process read the same first elements (checked at the first fetch when
+    """``batches`` of ``shard`` once every process read the same first elements (checked at the first fetch when
     ``compare``), each ``Fingerprinted`` wrapper taken off: the first batch's only, unless not ``in_order``."""
     first = next(batches, END)
     seen = None
@@ -89,7 +87,7 @@ def checked_first(
                 lambda leaf: leaf.pin_memory() if isinstance(leaf, torch.Tensor) else leaf, first
             )
     if compare:
-        check_same_stream(seen, dataset, num_processes, process_index)
+        check_same_stream(seen, shard.dataset, shard.num_processes, shard.process_index)
     if first is END:
         return
     yield first

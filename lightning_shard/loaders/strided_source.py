@@ -43,15 +43,14 @@ class StridedSource(StreamSource):
                 loader=loader,
             )
         else:
-            # NOTE: each worker iterates its own copy of the stream and the DataLoader interleaves their
-            # batches, so with workers the batches to skip are dropped after interleaving: exact, at the cost
-            # of collating them.
+            # NOTE: each worker iterates its own copy of the stream, so with workers the batches to skip are
+            # dropped after the DataLoader interleaves them: exact, at the cost of collating them.
             discard = start.start if workers > 0 else 0
             loaded = self._read(start, start.start - discard)
         if shard.fingerprinted:
             loaded = checked_first(
-                loaded, shard.dataset, shard.num_processes, shard.process_index,
-                compare=self.stream.spans_group, pin=loader.pin_memory, in_order=getattr(loader, "in_order", True),
+                loaded, shard, compare=self.stream.spans_group, pin=loader.pin_memory,
+                in_order=getattr(loader, "in_order", True),
             )  # fmt: skip
         rows = rows_of(loader)
         batches = itertools.islice(loaded, discard, None) if discard else loaded
@@ -59,9 +58,8 @@ class StridedSource(StreamSource):
         return self.stream.batches(batches, restart, rows, start, moving(loader))
 
     def _read(self, start: Position, skip_steps: int) -> Iterator[Any]:
-        """The user's batches from ``start``, the shard skipping ``skip_steps`` global batches after the
-        elements another sharding consumed: it takes the skip when the ``DataLoader``'s iterator, created
-        right after, iterates it (or pickles it for its workers)."""
+        """The user's batches from ``start``, the shard skipping ``skip_steps`` global batches after the elements
+        another sharding consumed (taken when the ``DataLoader``'s iterator, created right after, iterates it)."""
         self.shard.resume(skip_steps=skip_steps, skip_elements=start.base)
         return self.loader.user_batches(start.workers)
 

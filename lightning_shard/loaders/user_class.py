@@ -1,6 +1,5 @@
-"""A user's ``DataLoader`` subclass survives preparation: the prepared loader is of our class and the user's
-(ours first), with the user's attributes, its ``__init__`` not run again (docs/DESIGN.md, "Real loader
-subclasses")."""
+"""A user's ``DataLoader`` subclass survives preparation: the prepared loader is of our class and the user's, with
+the user's attributes, its ``__init__`` not run again (docs/DESIGN.md, "Real loader subclasses")."""
 
 from __future__ import annotations
 
@@ -24,15 +23,8 @@ _TAKEN_OVER = (("litdata", "StreamingDataLoader"),)
 def user_loader_class(dataloader: DataLoader) -> type | None:
     """The user's own ``DataLoader`` subclass ``dataloader`` is an instance of, or ``None``."""
     cls = type(dataloader)
-    if cls in _PLAIN or any(
-        _is(base, package, name) for base in cls.__mro__ for package, name in _TAKEN_OVER
-    ):
-        return None
-    return cls
-
-
-def _is(cls: type, package: str, name: str) -> bool:
-    return cls.__module__.split(".")[0] == package and cls.__name__ == name
+    taken_over = any((base.__module__.split(".")[0], base.__name__) in _TAKEN_OVER for base in cls.__mro__)
+    return None if cls in _PLAIN or taken_over else cls
 
 
 @functools.cache
@@ -53,11 +45,8 @@ def init_data_loader(loader: DataLoader, dataset: Any, **kwargs: Any) -> None:
 def carry_user_attributes(
     loader: DataLoader, source: DataLoader, names: tuple[str, ...] | None = None
 ) -> None:
-    """Give ``loader`` the attributes ``source`` (the user's loader) has and a ``DataLoader`` has not.
-
-    ``names`` limits them to those (a prepared loader copying its own user attributes); the names
-    carried are recorded on ``loader`` as ``user_attributes``.
-    """
+    """Give ``loader`` the attributes ``source`` (the user's loader) has and a ``DataLoader`` has not (only
+    ``names``, if given), recording their names as ``user_attributes``."""
     own = vars(loader)
     carried = [
         name
