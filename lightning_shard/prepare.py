@@ -70,12 +70,8 @@ def prepare_with_options(
     device_mesh: Any = None,
     uneven_streams: StreamEnds = SHORTEST,
 ) -> DataLoaderShard | DataLoaderDispatcher:
-    """``prepare_data_loader`` for an already checked ``ShardOptions`` and topology.
-
-    ``uneven_streams`` is what a stream does with ``even_batches=False``: ``"shortest"`` (every process
-    stops when one stream ends, safe for a training loop) or ``"own"`` (each process reads its share to
-    its end: predict, where no step is collective).
-    """
+    """``prepare_data_loader`` for an already checked ``ShardOptions`` and topology; ``uneven_streams``: what a
+    stream does with ``even_batches=False`` (``"shortest"`` for a training loop, ``"own"`` for predict)."""
     options = _agree_on_seed(options, topology)
     kind = classify(
         dataloader,
@@ -117,8 +113,7 @@ def prepare_with_options(
 
 def _agree_on_seed(options: ShardOptions, topology: Topology) -> ShardOptions:
     """``use_seedable_sampler`` / ``scalable_shuffle`` without ``data_seed``: every process takes process 0's
-    default seed (``torch.initial_seed()`` differs between processes not seeded alike, and processes that
-    shuffle differently read some samples twice and others never)."""
+    default seed, as processes that shuffle differently read some samples twice and others never."""
     seeded = options.use_seedable_sampler or options.scalable_shuffle
     if not seeded or options.data_seed is not None or topology.num_processes == 1:
         return options

@@ -191,8 +191,7 @@ class ResumableLoader(DataLoader):
     def index_observer(self) -> IndexObserver | None:
         """What wraps each iteration's batches of indices, as the loader's ``cursor`` yields them (``None``:
         nothing; always for iterable data). Set it before the ``iter()`` whose indices it should see."""
-        cursor = self.cursor
-        return None if cursor is None else cursor.observer
+        return getattr(self.cursor, "observer", None)
 
     @index_observer.setter
     def index_observer(self, observer: IndexObserver | None) -> None:
@@ -211,10 +210,8 @@ _STATEFUL_VARIANTS: dict[type, type] = {}
 
 
 def stateful_loader_class(cls: type) -> type:
-    """``cls`` combined with ``StatefulDataLoader`` (``cls`` itself when it already is one).
-
-    Our state stays the loader's ``state_dict()``: the shard state comes first in the class order.
-    One class per ``cls``: the built-in variants, else one made at the first call (and registered).
+    """``cls`` combined with ``StatefulDataLoader`` (``cls`` itself when it already is one), one class per ``cls``;
+    ours comes first in the class order, so the state stays the shard's.
 
     Raises:
         TypeError: if ``cls`` is not a ``DataLoaderShard`` or ``DataLoaderDispatcher`` (sub)class.

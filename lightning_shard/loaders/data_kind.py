@@ -12,12 +12,11 @@ if TYPE_CHECKING:
     from lightning_shard.sampling.self_split import SelfSplit
 
 Source: TypeAlias = Literal["map", "strided", "shares", "plain"]
-"""Who reads what: a map-style dataset by index; a stream every process reads whole and strides; a stream
-each process reads its own share of (``shard()``, or the dataset's own split by rank); a stream the loader
-does not shard (a ``DataLoaderShard`` built directly over a plain iterable dataset)."""
+"""Who reads what: a map-style dataset by index, a stream every process strides, a stream each process reads
+its own share of, or one the loader does not shard (a ``DataLoaderShard`` built over a plain iterable)."""
 IndexShape: TypeAlias = Literal["batches", "sampler", "samples", "none"]
-"""Where a map-style loader's index source goes: ``batch_sampler``, ``sampler`` (a batch sampler the user passed
-as ``sampler`` with ``batch_size=None``), single samples (``batch_size=None``), or none (a stream)."""
+"""Where a map-style loader's index source goes: ``batch_sampler``, ``sampler`` (a batch sampler passed as
+``sampler``), single samples (``batch_size=None``), or none (a stream)."""
 
 
 @dataclass(frozen=True)

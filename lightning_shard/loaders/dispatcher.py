@@ -112,10 +112,8 @@ class DataLoaderDispatcher(ResumableLoader):
         return 0 if source.serves else sum(channel.bytes_moved for channel in source.channels.values())
 
     def fresh_copy(self) -> DataLoaderDispatcher:
-        """A loader with every setting of this one and a position of its own (at the epoch's start).
-
-        The dataset is shared; the batch sampler (and its sampler and generator) is copied.
-        """
+        """A loader with every setting and the epoch of this one and a position of its own (at the epoch's
+        start): the dataset is shared, the batch sampler (and its sampler and generator) copied."""
         kwargs = loader_settings(self)
         kwargs.pop("generator", None)
         cursor = self.cursor

@@ -20,11 +20,8 @@ _DRAW_FREE_COLLATES = (default_collate, default_convert)
 
 
 def fetches_may_draw(dataset: object, collate_fn: object) -> bool:
-    """Whether fetching from ``dataset`` and collating with ``collate_fn`` may draw random numbers.
-
-    NOTE: keeping a fetch apart costs a few microseconds; torch's own datasets and collate functions draw
-    nothing, so a loader of only those skips it.
-    """
+    """Whether fetching from ``dataset`` and collating with ``collate_fn`` may draw random numbers (torch's own
+    draw nothing, so a loader of only those skips the few microseconds of keeping each fetch apart)."""
     return not (isinstance(dataset, _DRAW_FREE_DATASETS) and collate_fn in _DRAW_FREE_COLLATES)
 
 

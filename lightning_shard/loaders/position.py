@@ -15,14 +15,9 @@ Mode = Literal["shard", "dispatch"]
 
 @dataclass(frozen=True)
 class Position:
-    """Where an epoch stands: a restore that the next ``iter()`` applies, the start an iteration begins at,
-    or what a state saves (``LoaderState``). Immutable: the live counters are a ``Progress``.
-
-    ``steps`` counts the steps taken in the epoch; the first ``base_steps`` of them were taken under
-    another sharding, which consumed ``base`` (in the sharding's units: batches of the user's loader, or
-    elements of a stream; ``ShardingInfo.samples_in``). This process continues at its batch ``start`` of
-    the current sharding of what is left.
-    """
+    """Where an epoch stands (a restore, an iteration's start, what a state saves; the live counters are a
+    ``Progress``): of its ``steps``, the first ``base_steps`` were taken under another sharding, which consumed
+    ``base`` (batches of the user's loader, or a stream's elements); this process continues at its ``start``."""
 
     epoch: int | None = 0
     """The epoch; ``None`` in a restore that applies to whatever epoch the loader is at then."""

@@ -24,12 +24,8 @@ if TYPE_CHECKING:
 
 
 class Resumption:
-    """A loader's epochs and position: applies a restore at the next ``iter()``, and saves the position.
-
-    Args:
-        source: where the loader's batches come from (``BatchSource``).
-        skip_batches: steps to skip at the start of the first iteration.
-    """
+    """A loader's epochs and position over its ``source``: applies a restore at the next ``iter()`` (the first
+    one skips ``skip_batches`` steps), and saves the position."""
 
     def __init__(self, source: BatchSource, *, skip_batches: int = 0) -> None:
         self.source = source
@@ -49,10 +45,9 @@ class Resumption:
 
     def current(self) -> Position:
         """Where the epoch stands: a pending restore, the epoch in progress, or the next epoch's start."""
-        progress = self.progress
         if self.pending is not None:
             return self.pending
-        return progress.position() if progress.in_epoch else Position(progress.epoch)
+        return self.progress.position() if self.progress.in_epoch else Position(self.progress.epoch)
 
     def length(self) -> int:
         """Steps of the epoch in progress (or the next), counting those taken before a resume."""
@@ -106,9 +101,8 @@ class Resumption:
         return start
 
     def run(self, epoch: Generator[tuple[Any, bool], None, None]) -> Iterator[Any]:
-        """Yield the batches of ``epoch`` (each with whether it is the last), counting each: the one place the
-        live position moves. When ``epoch`` runs out, the epoch is finished; when the iteration is left
-        early, ``epoch`` is closed (a dispatcher flushes its sends, a stream settles its agreement)."""
+        """Yield the batches of ``epoch`` (each with whether it is the last), counting each (the one place the live
+        position moves); finish the epoch when it runs out, close it when the iteration is left early."""
         progress = self.progress
         try:
             for batch, last in epoch:

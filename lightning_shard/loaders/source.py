@@ -112,10 +112,8 @@ class StreamSource(ShardSource):
 
 
 def marked_last(batches: Iterator[Any], move: Callable[[Any], Any] | None = None) -> Batches:
-    """Each of ``batches`` (``move``d, if given) with whether it is the last: one batch read ahead.
-
-    NOTE: no collective: map-style data ends where arithmetic says, on every process alike.
-    """
+    """Each of ``batches`` (``move``d, if given) with whether it is the last, one batch read ahead (no
+    collective: map-style data ends where arithmetic says, on every process alike)."""
     current = next(batches, _END)
     while current is not _END:
         if move is not None:

@@ -116,15 +116,8 @@ _KEYS = (*_SHARDING_SAVED, *_POSITION_SAVED.values(), *_OWN_SAVED)
 
 
 def check_resumable(state: Any, here: ShardingInfo, library: SelfSplit | None = None) -> LoaderState:
-    """Parse ``state`` and refuse it if a loader sharding as ``here`` cannot continue it exactly.
-
-    ``library``: how a stream that splits itself does it (why its shares do not carry over, or that the
-    library itself continues a position on any number of processes).
-
-    Raises:
-        ValueError: on a malformed state or another version (``LoaderState.from_dict``), or a state
-            saved with other settings, or saved mid-epoch in a way this loader cannot continue.
-    """
+    """Parse ``state`` and refuse it (``ValueError``) if a loader sharding as ``here`` cannot continue it
+    exactly; ``library``: how a stream that splits itself does it (it may continue a position itself)."""
     saved = LoaderState.from_dict(state)  # NOTE: refuses another format or version, then each bad value.
     there, at = saved.sharding, saved.position
     mid_epoch, resharded = at.steps > 0, there.num_processes != here.num_processes

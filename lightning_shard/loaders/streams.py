@@ -73,15 +73,9 @@ def _per_rank(counts: tuple[int, ...]) -> str:
 
 
 class StreamRun:
-    """The ``stream_ends`` policy, position and end agreement of a loader over a stream.
-
-    Args:
-        stream_ends: ``"same"`` (strided streams only), ``"pad"``, ``"shortest"`` or ``"own"``.
-        num_processes, process_index: ``N`` and ``r``.
-        resumable: whether the loader itself skips batches on resume (native shares; a strided
-            stream skips inside ``IterableDatasetShard``).
-        spans_group: whether every rank of the default group iterates it (then the ends can be agreed on).
-    """
+    """The ``stream_ends`` policy, position and end agreement of process ``process_index`` of ``num_processes``
+    reading a stream; ``resumable``: the loader itself skips batches on resume (shares, not a strided stream);
+    ``spans_group``: every rank of the default group iterates it (then the ends can be agreed on)."""
 
     def __init__(
         self,
@@ -236,9 +230,8 @@ class StreamRun:
     def _report(
         self, agreed: bool, counts: list[int], ended_at: int | None, left: int | None, epoch: int, steps: int
     ) -> StreamReport:
-        """The epoch's report from this process's real and padding samples (``counts``), end and samples
-        ``left`` unseen (``"shortest"``): every process's, summed once over the group where they agreed
-        (each process writes its own entries), this process's own otherwise."""
+        """The epoch's report from this process's real and padding samples (``counts``), end and samples ``left``
+        unseen: every process's entries summed once over the group where they ``agreed``, else its own."""
         size, rank = self.num_processes, self.process_index
         values = [0] * (3 * size + 1)
         values[rank], values[size + rank] = counts
