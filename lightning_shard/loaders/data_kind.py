@@ -27,8 +27,7 @@ class DataKind:
         source: who reads what (``Source``).
         dispatch: whether process 0 loads and sends every process its slice.
         index_shape: where a map-style loader's index source goes (``IndexShape``).
-        state_name: what a stream's saved state records as its ``sampler`` (``None``: map-style data,
-            whose state records its sampler's class).
+        state_name: what a stream's saved state records as its ``sampler`` (``None``: map-style data).
         reason: why the data is split so (the plan line, the fallback warning).
         library: how a stream that splits itself by rank does it.
         stream_ends: what a stream's processes do when their streams end at different steps.

@@ -102,8 +102,7 @@ class StreamRun:
         self.report: StreamReport | None = None
         """The last finished epoch's report (``None`` under ``"same"``: nothing to report)."""
         self.exchanged = 0
-        """Bytes this process all-reduced in the current (or last) epoch's agreement: its checks, one per
-        fetch, then the report's sums at the epoch's end."""
+        """Bytes this process all-reduced in the current (or last) epoch's agreement (checks, then the report)."""
 
     @property
     def uneven(self) -> bool:
