@@ -70,12 +70,8 @@ def prepare_with_options(
     device_mesh: Any = None,
     uneven_streams: StreamEnds = SHORTEST,
 ) -> DataLoaderShard | DataLoaderDispatcher:
-    """``prepare_data_loader`` for an already checked ``ShardOptions`` and topology.
-
-    ``uneven_streams`` is what a stream does with ``even_batches=False``: ``"shortest"`` (every process
-    stops when one stream ends, safe for a training loop) or ``"own"`` (each process reads its share to
-    its end: predict, where no step is collective).
-    """
+    """``prepare_data_loader`` for an already checked ``ShardOptions`` and topology; ``uneven_streams``: what a
+    stream does with ``even_batches=False`` (``"shortest"`` for a training loop, ``"own"`` for predict)."""
     options = _agree_on_seed(options, topology)
     kind = classify(
         dataloader,
@@ -93,18 +89,31 @@ def prepare_with_options(
     if kind.dispatch:
         _check_dispatch_mesh(device_mesh, topology)
         return _build_dispatcher(dataloader, kind, options, topology, device)
-    if kind.stream:
-        return _build_stream_shard(dataloader, kind, options, topology, device)
-    return _build_map_shard(dataloader, kind, options, topology, device)
+    parts = _stream_shard_parts if kind.stream else _map_shard_parts
+    dataset, generator, kwargs = parts(dataloader, kind, options, topology)
+    rng_types = options.rng_types
+    if rng_types is not None:
+        # NOTE: less "generator" when there is none to synchronise, as the reference.
+        rng_types = [name for name in rng_types if name != "generator" or generator is not None]
+    return _construct(
+        DataLoaderShard,
+        dataloader,
+        dataset,
+        device=device if options.put_on_device else None,
+        rng_types=rng_types,
+        synchronized_generator=generator,
+        use_stateful_dataloader=options.use_stateful_dataloader,
+        non_blocking=options.non_blocking,
+        topology=topology,
+        kind=kind,
+        **kwargs,
+        **loader_settings(dataloader),
+    )
 
 
 def _agree_on_seed(options: ShardOptions, topology: Topology) -> ShardOptions:
     """``use_seedable_sampler`` / ``scalable_shuffle`` without ``data_seed``: every process takes process 0's
-    default seed.
-
-    NOTE: the default, ``torch.initial_seed()``, differs between processes that were not seeded alike,
-    and processes that shuffle differently read some samples twice and others never.
-    """
+    default seed, as processes that shuffle differently read some samples twice and others never."""
     seeded = options.use_seedable_sampler or options.scalable_shuffle
     if not seeded or options.data_seed is not None or topology.num_processes == 1:
         return options
@@ -135,9 +144,13 @@ def _recorded(batch_sampler: Any, options: ShardOptions) -> Any:
     )
 
 
-def _build_map_shard(
-    dataloader: DataLoader, kind: DataKind, options: ShardOptions, topology: Topology, device: Any
-) -> DataLoaderShard:
+_Parts = tuple[Any, torch.Generator | None, dict[str, Any]]
+"""A ``DataLoaderShard``'s dataset, synchronised generator and index source (or stream batching)."""
+
+
+def _map_shard_parts(
+    dataloader: DataLoader, kind: DataKind, options: ShardOptions, topology: Topology
+) -> _Parts:
     per_sample = kind.index_shape == "samples"
     # NOTE: `DataLoader(batch_size=None)`: one uncollated sample a step.
     user = (
@@ -159,21 +172,7 @@ def _build_map_shard(
         "sampler": {"sampler": shard, "batch_size": None},
     }
     index_source = shapes.get(kind.index_shape, {"batch_sampler": shard})
-    return _construct(
-        DataLoaderShard,
-        dataloader,
-        dataloader.dataset,
-        device=device if options.put_on_device else None,
-        rng_types=_usable_rng_types(options, generator),
-        synchronized_generator=generator,
-        use_stateful_dataloader=options.use_stateful_dataloader,
-        non_blocking=options.non_blocking,
-        topology=topology,
-        data_seed=options.data_seed,
-        kind=kind,
-        **index_source,
-        **loader_settings(dataloader),
-    )
+    return dataloader.dataset, generator, {"data_seed": options.data_seed, **index_source}
 
 
 def _even_batches(options: ShardOptions, topology: Topology, per_sample: bool) -> EvenBatches:
@@ -182,18 +181,13 @@ def _even_batches(options: ShardOptions, topology: Topology, per_sample: bool) -
     return True if per_sample and options.even_batches == BALANCED else options.even_batches
 
 
-def _usable_rng_types(options: ShardOptions, generator: torch.Generator | None) -> list[str] | None:
-    """``rng_types`` less ``"generator"`` when there is none to synchronise (as the reference)."""
-    if options.rng_types is None:
-        return None
-    return [name for name in options.rng_types if name != "generator" or generator is not None]
-
-
-def _build_stream_shard(
-    dataloader: DataLoader, kind: DataKind, options: ShardOptions, topology: Topology, device: Any
-) -> DataLoaderShard:
-    """A loader over this process's part of a stream: its own share, or a stride of all of it."""
-    batch_size, user = per_process_batch(dataloader.batch_size, options, topology), dataloader.dataset
+def _stream_shard_parts(
+    dataloader: DataLoader, kind: DataKind, options: ShardOptions, topology: Topology
+) -> _Parts:
+    """This process's part of a stream: its own share, or a stride of all of it."""
+    batch_size, user = dataloader.batch_size, dataloader.dataset
+    if batch_size is not None and options.split_batches:
+        batch_size //= topology.num_processes
     generator = None
     if kind.source == "strided":
         dataset: Any = IterableDatasetShard(
@@ -222,28 +216,7 @@ def _build_stream_shard(
             library=kind.library,
             workers_shard=kind.workers_shard,
         )
-    return _construct(
-        DataLoaderShard,
-        dataloader,
-        dataset,
-        device=device if options.put_on_device else None,
-        rng_types=_usable_rng_types(options, generator),
-        synchronized_generator=generator,
-        use_stateful_dataloader=options.use_stateful_dataloader,
-        non_blocking=options.non_blocking,
-        topology=topology,
-        batch_size=batch_size,
-        drop_last=dataloader.drop_last,
-        kind=kind,
-        **loader_settings(dataloader),
-    )
-
-
-def per_process_batch(batch_size: int | None, options: ShardOptions, topology: Topology) -> int | None:
-    """What each process's batches of a stream hold (``None``: single samples)."""
-    if batch_size is None:
-        return None
-    return batch_size // topology.num_processes if options.split_batches else batch_size
+    return dataset, generator, {"batch_size": batch_size, "drop_last": dataloader.drop_last}
 
 
 def _build_dispatcher(
@@ -306,9 +279,7 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
 
 
 def _construct(base: type, dataloader: DataLoader, dataset: Any, **kwargs: Any) -> Any:
-    """``base`` over ``dataset``; a user's ``DataLoader`` subclass stays one, with its attributes
-    (``loaders/user_class.py``). ``use_stateful_dataloader`` in ``kwargs`` picks the ``StatefulDataLoader``
-    variant (``ResumableLoader.__new__``)."""
+    """``base`` over ``dataset``; a user's ``DataLoader`` subclass stays one, with its attributes."""
     user = user_loader_class(dataloader)
     loader = with_user_class(base, user)(dataset, **kwargs)
     if user is not None:

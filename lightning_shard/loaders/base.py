@@ -34,24 +34,16 @@ class ResumableLoader(DataLoader):
     """Its epochs and position, over ``source``."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Register a class that is also a ``StatefulDataLoader`` as the stateful variant of its first base.
-
-        The built-in ``Stateful*`` classes register this way, and so does each class
-        ``stateful_loader_class`` builds for a user's subclass (the first one registered for a base stays).
-        """
+        """Register a class that is also a ``StatefulDataLoader`` as the stateful variant of its first base
+        (the built-in ``Stateful*`` classes, and each ``stateful_loader_class`` makes; the first one stays)."""
         super().__init_subclass__(**kwargs)
         first = cls.__bases__[0]
         if issubclass(cls, StatefulDataLoader) and not issubclass(first, StatefulDataLoader):
             _STATEFUL_VARIANTS.setdefault(first, cls)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        """``cls``, or its ``StatefulDataLoader`` variant when ``use_stateful_dataloader=True`` asks for it.
-
-        The seed's contract: ``DataLoaderShard(dataset, ..., use_stateful_dataloader=True)`` is backed by
-        torchdata's ``StatefulDataLoader``. A constructor returning a subclass of its class is the pattern
-        of ``pathlib.Path()`` (a ``PosixPath``); Python then runs ``__init__`` on it as usual. This is the
-        one place the flag picks a class (``prepare_data_loader`` passes it on, as a user does).
-        """
+        """``cls``, or its ``StatefulDataLoader`` variant when ``use_stateful_dataloader=True`` asks for it
+        (the seed's contract; the pattern of ``pathlib.Path()``, docs/DESIGN.md, "Real loader subclasses")."""
         return super().__new__(stateful_loader_class(cls) if _asks_stateful(cls, args, kwargs) else cls)
 
     # -- iteration --------------------------------------------------------------------------------
@@ -199,8 +191,7 @@ class ResumableLoader(DataLoader):
     def index_observer(self) -> IndexObserver | None:
         """What wraps each iteration's batches of indices, as the loader's ``cursor`` yields them (``None``:
         nothing; always for iterable data). Set it before the ``iter()`` whose indices it should see."""
-        cursor = self.cursor
-        return None if cursor is None else cursor.observer
+        return getattr(self.cursor, "observer", None)
 
     @index_observer.setter
     def index_observer(self, observer: IndexObserver | None) -> None:
@@ -219,10 +210,8 @@ _STATEFUL_VARIANTS: dict[type, type] = {}
 
 
 def stateful_loader_class(cls: type) -> type:
-    """``cls`` combined with ``StatefulDataLoader`` (``cls`` itself when it already is one).
-
-    Our state stays the loader's ``state_dict()``: the shard state comes first in the class order.
-    One class per ``cls``: the built-in variants, else one made at the first call (and registered).
+    """``cls`` combined with ``StatefulDataLoader`` (``cls`` itself when it already is one), one class per ``cls``;
+    ours comes first in the class order, so the state stays the shard's.
 
     Raises:
         TypeError: if ``cls`` is not a ``DataLoaderShard`` or ``DataLoaderDispatcher`` (sub)class.

@@ -13,14 +13,10 @@ IndexObserver = Callable[[Iterator[Any]], Iterator[Any]]
 
 
 class EpochCursor(BatchSamplerWrapper):
-    """Wraps a (sharded) batch sampler; the next iteration starts at ``start`` after ``consumed``.
-
-    ``start`` counts this process's batches; ``consumed`` counts batches of the user's batch sampler
-    already seen by all processes (an elastic restore). Both are reset by ``rewind``. The loader owns
-    the cursor and sets both just before it creates its iterator, so a DataLoader never sees indices
-    of skipped batches, and no sample is loaded to skip it. A wrapped batch sampler that is not a
-    ``SeekableBatchSampler`` is walked (indices only) past what is skipped.
-    """
+    """Wraps a (sharded) batch sampler; the next iteration starts at this process's batch ``start`` after
+    ``consumed`` batches of the user's batch sampler (an elastic restore), both set by ``rewind`` just before
+    the loader creates its iterator, so no skipped sample is loaded (a sampler that is not a
+    ``SeekableBatchSampler`` is walked, indices only)."""
 
     def __init__(self, batch_sampler: Any) -> None:
         self.batch_sampler = batch_sampler

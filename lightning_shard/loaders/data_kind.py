@@ -12,12 +12,11 @@ if TYPE_CHECKING:
     from lightning_shard.sampling.self_split import SelfSplit
 
 Source: TypeAlias = Literal["map", "strided", "shares", "plain"]
-"""Who reads what: a map-style dataset by index; a stream every process reads whole and strides; a stream
-each process reads its own share of (``shard()``, or the dataset's own split by rank); a stream the loader
-does not shard (a ``DataLoaderShard`` built directly over a plain iterable dataset)."""
+"""Who reads what: a map-style dataset by index, a stream every process strides, a stream each process reads
+its own share of, or one the loader does not shard (a ``DataLoaderShard`` built over a plain iterable)."""
 IndexShape: TypeAlias = Literal["batches", "sampler", "samples", "none"]
-"""Where a map-style loader's index source goes: ``batch_sampler``, ``sampler`` (a batch sampler the user passed
-as ``sampler`` with ``batch_size=None``), single samples (``batch_size=None``), or none (a stream)."""
+"""Where a map-style loader's index source goes: ``batch_sampler``, ``sampler`` (a batch sampler passed as
+``sampler``), single samples (``batch_size=None``), or none (a stream)."""
 
 
 @dataclass(frozen=True)
@@ -28,8 +27,7 @@ class DataKind:
         source: who reads what (``Source``).
         dispatch: whether process 0 loads and sends every process its slice.
         index_shape: where a map-style loader's index source goes (``IndexShape``).
-        state_name: what a stream's saved state records as its ``sampler`` (``None``: map-style data,
-            whose state records its sampler's class).
+        state_name: what a stream's saved state records as its ``sampler`` (``None``: map-style data).
         reason: why the data is split so (the plan line, the fallback warning).
         library: how a stream that splits itself by rank does it.
         stream_ends: what a stream's processes do when their streams end at different steps.

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 from lightning_shard.comm.collectives import communication_device
 from lightning_shard.comm.tree import batch_length, concatenate, same_layout, send_to_device, slice_batch
 from lightning_shard.comm.wire import Channel, Status
+from lightning_shard.loaders.map_source import sampler_name
 from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.source import Batches, BatchSource, marked_last
 from lightning_shard.loaders.state import decode_generator_state
@@ -24,9 +25,8 @@ from lightning_shard.sampling.own_sampler import generator_of, seeded_order
 
 
 class DispatchSource(BatchSource):
-    """Process 0's global batches, cut and sent; every other process receives its slices. A start skips
-    whole batches of the user's loader: by index for map-style data (none is loaded), read and dropped for
-    a stream. An incomplete last global batch is completed with the epoch's first rows."""
+    """Process 0's global batches, cut and sent; every other process receives its slices. A start skips whole
+    batches of the user's loader: by index for map-style data, read and dropped for a stream."""
 
     def __init__(self, loader: Any) -> None:
         super().__init__(loader)
@@ -113,7 +113,7 @@ class DispatchSource(BatchSource):
             cursor.rewind(skipped, start.base)
         source = loader.user_batches(start.workers)
         if cursor is None:
-            head.keep(list(itertools.islice(source, start.base + skipped))[:group])
+            head.batches = list(itertools.islice(source, start.base + skipped))[:group]
         while True:
             batches = list(itertools.islice(source, group))
             if not batches or (len(batches) < group and user_drop_last(loader)):
@@ -150,10 +150,8 @@ class DispatchSource(BatchSource):
         """The last global batch's real rows as the shards of map-style data share them (``even_batches=False``):
         whole batches one a process, or the parts of a split one; ``None`` for a process left none."""
         loader, n, rows = self.loader, self.loader.num_processes, batch_length(batch)
-        if loader.split_batches and not self._plain():
-            bounds = [
-                chunk(rows, n, r) for r in range(n)
-            ]  # NOTE: a bucketing sampler's: as its shards cut it
+        if loader.split_batches and not self._plain():  # NOTE: a bucketing sampler's: as its shards cut it
+            bounds = [chunk(rows, n, r) for r in range(n)]
         elif loader.split_batches:
             width = self._width()
             bounds = [(r * width, min((r + 1) * width, rows)) for r in range(n)]
@@ -215,7 +213,6 @@ class DispatchSource(BatchSource):
 
     def sharding(self) -> ShardingInfo:
         loader, cursor, dataset = self.loader, self.loader.cursor, self.loader.dataset
-        sampler = self.sampler()
         return ShardingInfo(
             mode="dispatch",
             num_processes=loader.num_processes,
@@ -224,11 +221,7 @@ class DispatchSource(BatchSource):
             drop_last=user_drop_last(loader),
             batch_size=cursor.batch_size if cursor is not None else loader.batch_size,
             dataset_length=len(dataset) if isinstance(dataset, Sized) else None,
-            sampler=STRIDED_STREAM
-            if loader.kind.stream
-            else "none"
-            if sampler is None
-            else type(sampler).__name__,
+            sampler=STRIDED_STREAM if loader.kind.stream else sampler_name(self.sampler()),
         )
 
     def set_epoch(self, epoch: int) -> None:
@@ -256,20 +249,15 @@ class DispatchSource(BatchSource):
 
 class _Head:
     """The epoch's first ``N`` rows, which complete an incomplete last global batch: the batches a resumed
-    epoch skipped (read again by index, map-style, or kept while a stream's are dropped), else the first
-    global batch of this run."""
+    epoch skipped (read again, or kept while a stream's are dropped), else this run's first global batch."""
 
     def __init__(self, source: DispatchSource, start: Position, skipped: int) -> None:
         self.source, self.start, self.skipped = source, start, skipped
         self.batches: list[Any] = []
 
-    def keep(self, batches: list[Any]) -> None:
-        self.batches = batches
-
     def read_by_index(self) -> None:
-        """The epoch's first batches holding ``N`` rows, fetched as the user's loader fetches them (map-style
-        data; only when the epoch was resumed after some): the sampler's generator set back to the epoch's
-        start meanwhile, the user's ``__iter__`` (a ``DataLoader`` subclass's) given them."""
+        """The epoch's first batches holding ``N`` rows, fetched by index through the user's loader (when the
+        epoch was resumed after some), the sampler's generator set back to the epoch's start meanwhile."""
         source, loader = self.source, self.source.loader
         if not self.skipped or loader.num_processes == 1 or user_drop_last(loader):
             return

@@ -77,7 +77,12 @@ class DataLoaderDispatcher(ResumableLoader):
     ) -> None:
         skip_batches = check_non_negative("skip_batches", skip_batches)
         topology = topology if topology is not None else resolve_topology(num_processes, process_index)
-        _check_group(topology)
+        if topology.num_processes > 1 and not is_distributed():
+            raise ValueError(
+                f"`dispatch_batches=True` with `num_processes={topology.num_processes}` needs a running "
+                "torch.distributed process group to send batches over. Call `torch.distributed.init_process_group` "
+                "first (Lightning's strategy does), or use `dispatch_batches=False`."
+            )
         self.kind = kind if kind is not None else dispatched_kind(dataset)
         if kwargs.get("batch_sampler") is not None and not self.kind.stream:
             kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
@@ -107,10 +112,8 @@ class DataLoaderDispatcher(ResumableLoader):
         return 0 if source.serves else sum(channel.bytes_moved for channel in source.channels.values())
 
     def fresh_copy(self) -> DataLoaderDispatcher:
-        """A loader with every setting of this one and a position of its own (at the epoch's start).
-
-        The dataset is shared; the batch sampler (and its sampler and generator) is copied.
-        """
+        """A loader with every setting and the epoch of this one and a position of its own (at the epoch's
+        start): the dataset is shared, the batch sampler (and its sampler and generator) copied."""
         kwargs = loader_settings(self)
         kwargs.pop("generator", None)
         cursor = self.cursor
@@ -137,12 +140,3 @@ class DataLoaderDispatcher(ResumableLoader):
 
 class StatefulDataLoaderDispatcher(DataLoaderDispatcher, StatefulDataLoader):
     """``DataLoaderDispatcher`` backed by torchdata's ``StatefulDataLoader``; its state is the shard state."""
-
-
-def _check_group(topology: Topology) -> None:
-    if topology.num_processes > 1 and not is_distributed():
-        raise ValueError(
-            f"`dispatch_batches=True` with `num_processes={topology.num_processes}` needs a running "
-            "torch.distributed process group to send batches over. Call `torch.distributed.init_process_group` "
-            "first (Lightning's strategy does), or use `dispatch_batches=False`."
-        )

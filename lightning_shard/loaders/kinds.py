@@ -1,10 +1,5 @@
-"""The one decision: what kind of data a loader holds (docs/DESIGN.md, "Kinds of data").
-
-``classify`` looks at the user's ``DataLoader`` once, when it is prepared, and returns a ``DataKind``: which
-source reads it (``loaders/sources/``), who splits the data, how a stream's processes end, what the state
-records, and why (the plan line and the fallback warning say it). It is the only code that inspects the
-types of datasets, samplers and libraries; everything after reads the ``DataKind``.
-"""
+"""The one decision: what kind of data a loader holds, a ``DataKind``; the only code that inspects the types of
+datasets, samplers and libraries (docs/DESIGN.md, "Kinds of data")."""
 
 from __future__ import annotations
 
@@ -43,16 +38,10 @@ def classify(
     even_batches: bool,
     uneven: StreamEnds = SHORTEST,
 ) -> DataKind:
-    """The ``DataKind`` of the user's ``dataloader`` prepared for ``num_processes`` processes.
-
-    ``dispatch``: the option (``None``: dispatch an iterable dataset when ``put_on_device``); ``uneven``:
-    what a stream does with ``even_batches=False`` (``"shortest"``, or ``"own"`` for predict).
-
-    Raises:
-        TypeError / ValueError: on a loader that is not a ``DataLoader`` or is sharded already, and on a
-            stream that cannot be read as asked (``iterable_sharding``, dispatch of a stream that splits
-            itself, a native share its workers cannot split); each names the fix.
-    """
+    """The ``DataKind`` of the user's ``dataloader`` prepared for ``num_processes`` processes (``dispatch=None``
+    dispatches an iterable dataset when ``put_on_device``; ``uneven``: a stream's ends without ``even_batches``).
+    Raises, naming the fix, on a loader that is not a ``DataLoader`` or is sharded already, or on a stream that
+    cannot be read as asked."""
     _check_unsharded(dataloader)
     dataset, workers = dataloader.dataset, dataloader.num_workers
     streamed = isinstance(dataset, IterableDataset)
@@ -64,7 +53,9 @@ def classify(
         return _dispatched_stream(dataset, num_processes)
     kind = _stream(dataset, iterable_sharding, num_processes, workers, process_index == 0)
     ends = stream_ends_for(kind.state_name == STRIDED_STREAM, even_batches, uneven)
-    fingerprinted = kind.source == "strided" and num_processes > 1 and _not_declared_same(dataset)
+    # NOTE: checked unless declared `splits_by_rank = False` (random elements: their contents differ).
+    declared_same = getattr(dataset, "splits_by_rank", None) is False
+    fingerprinted = kind.source == "strided" and num_processes > 1 and not declared_same
     return DataKind(**{**vars(kind), "stream_ends": ends, "fingerprinted": fingerprinted})
 
 
@@ -77,8 +68,9 @@ def classify_built(dataset: Any, kwargs: dict[str, Any]) -> DataKind:
     """The ``DataKind`` of a ``DataLoaderShard`` built directly over ``dataset`` (the seed's constructor)."""
     if isinstance(dataset, IterableDatasetShard):
         ends = stream_ends_for(True, dataset.even_batches or dataset.num_processes == 1)
-        kind = DataKind("strided", state_name=STRIDED_STREAM, stream_ends=ends)
-        return DataKind(**{**vars(kind), "fingerprinted": dataset.fingerprinted})
+        return DataKind(
+            "strided", state_name=STRIDED_STREAM, stream_ends=ends, fingerprinted=dataset.fingerprinted
+        )
     if isinstance(dataset, NativeStreamShard):
         return DataKind(
             "shares",
@@ -183,9 +175,8 @@ def _stream(
 
 
 def _dispatched_stream(dataset: Any, num_processes: int) -> DataKind:
-    """A stream process 0 reads whole: one that splits itself by rank gives it its own part only, so it is
-    refused (unless it can be told to read everything); a natively shardable one is split among its
-    workers with ``shard()``."""
+    """A stream process 0 reads whole: one that splits itself by rank is refused unless it can be told to read
+    everything; a natively shardable one is split among its workers with ``shard()``."""
     splits = self_split(dataset)
     if splits is not None and num_processes > 1 and not splits.dispatchable:
         raise ValueError(
@@ -197,12 +188,6 @@ def _dispatched_stream(dataset: Any, num_processes: int) -> DataKind:
     # NOTE: whatever the loader's workers: a resumed epoch may be read by the count it began with.
     workers_shard = splits is None and _cannot_shard(dataset, 1) is None and not is_hugging_face(dataset)
     return DataKind("strided", True, library=splits, workers_shard=workers_shard)
-
-
-def _not_declared_same(dataset: Any) -> bool:
-    """Whether a strided stream is checked to be the same on every process: unless the dataset declares that
-    it is (``splits_by_rank = False``: its elements may be random, so that their contents differ)."""
-    return getattr(dataset, "splits_by_rank", None) is not False
 
 
 def _say_fallback(reason: str, num_processes: int) -> None:
@@ -267,12 +252,8 @@ SELF_SPLITTING: tuple[Recogniser, ...] = (
 
 
 def self_split(dataset: Any) -> SelfSplit | None:
-    """How ``dataset`` already splits itself by rank (then it must not be sharded again), or ``None``.
-
-    Recognised: ``splits_by_rank = True`` on the dataset (declared), a Hugging Face dataset passed
-    through ``datasets.distributed.split_dataset_by_node``, LitData's streaming datasets, webdataset pipelines
-    split by ``split_by_node``, and mosaicml-streaming's ``StreamingDataset``.
-    """
+    """How ``dataset`` already splits itself by rank (then it must not be sharded again; ``SELF_SPLITTING``
+    recognises it), or ``None``."""
     for recognise in SELF_SPLITTING:
         found = recognise(dataset)
         if found is not None:

@@ -1,14 +1,6 @@
-"""The random draws of a map-style loader's main-process fetches, kept apart from the model's
-(docs/DESIGN.md, "Random states on resume").
-
-With ``num_workers=0`` the dataset's ``__getitem__`` and the ``collate_fn`` run in the training process,
-between the model's steps, and read ahead of them (Lightning prefetches, the loader looks one batch
-ahead). Drawing from torch's global CPU generator there would interleave an augmentation's draws with
-dropout's, so that no saved state could replay both. Each fetch instead runs with that generator seeded
-from ``(epoch seed, epoch, process, step)`` and restored after: a batch's draws depend only on where it is in
-the epoch, and the model's stream only on the model. Creating the epoch's iterator (``DataLoader`` draws
-its workers' base seed there) is isolated the same way, with workers too.
-"""
+"""The random draws of a map-style loader's main-process fetches, kept apart from the model's: each fetch runs
+with torch's CPU generator seeded from ``(epoch seed, epoch, process, step)`` and restored after
+(docs/DESIGN.md, "Random states on resume")."""
 
 from __future__ import annotations
 
@@ -28,11 +20,8 @@ _DRAW_FREE_COLLATES = (default_collate, default_convert)
 
 
 def fetches_may_draw(dataset: object, collate_fn: object) -> bool:
-    """Whether fetching from ``dataset`` and collating with ``collate_fn`` may draw random numbers.
-
-    NOTE: keeping a fetch apart costs a few microseconds; torch's own datasets and collate functions draw
-    nothing, so a loader of only those skips it.
-    """
+    """Whether fetching from ``dataset`` and collating with ``collate_fn`` may draw random numbers (torch's own
+    draw nothing, so a loader of only those skips the few microseconds of keeping each fetch apart)."""
     return not (isinstance(dataset, _DRAW_FREE_DATASETS) and collate_fn in _DRAW_FREE_COLLATES)
 
 

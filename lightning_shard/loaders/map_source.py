@@ -19,9 +19,8 @@ from lightning_shard.sampling.samplers import forward_epoch
 
 
 class MapSource(ShardSource):
-    """Map-style data read by index through ``cursor`` (a ``BatchSamplerShard`` inside it): a start is where
-    the cursor begins, no skipped sample is loaded, and the main process's fetches draw apart from the
-    model's (``loaders/main_draws.py``)."""
+    """Map-style data read by index through ``cursor`` (a ``BatchSamplerShard`` inside it), from where a start
+    sets it; the main process's fetches draw apart from the model's (``loaders/main_draws.py``)."""
 
     def __init__(self, loader: Any, cursor: EpochCursor) -> None:
         super().__init__(loader)

@@ -1,8 +1,5 @@
-"""Where a loader stands in its epoch, what it shards, and what a training loop tells it it consumed.
-
-Plain data shared by the loaders (``loaders/resumable.py``), their saved state (``loaders/state.py``)
-and the code that drives them.
-"""
+"""Where a loader stands in its epoch, what it shards, and what a training loop tells it it consumed: plain
+data shared by the loaders, their saved state and the code that drives them."""
 
 from __future__ import annotations
 
@@ -18,14 +15,9 @@ Mode = Literal["shard", "dispatch"]
 
 @dataclass(frozen=True)
 class Position:
-    """Where an epoch stands: a restore that the next ``iter()`` applies, the start an iteration begins at,
-    or what a state saves (``LoaderState``). Immutable: the live counters are a ``Progress``.
-
-    ``steps`` counts the steps taken in the epoch; the first ``base_steps`` of them were taken under
-    another sharding, which consumed ``base`` (in the sharding's units: batches of the user's loader, or
-    elements of a stream; ``ShardingInfo.samples_in``). This process continues at its batch ``start`` of
-    the current sharding of what is left.
-    """
+    """Where an epoch stands (a restore, an iteration's start, what a state saves; the live counters are a
+    ``Progress``): of its ``steps``, the first ``base_steps`` were taken under another sharding, which consumed
+    ``base`` (batches of the user's loader, or a stream's elements); this process continues at its ``start``."""
 
     epoch: int | None = 0
     """The epoch; ``None`` in a restore that applies to whatever epoch the loader is at then."""
@@ -39,9 +31,8 @@ class Position:
     """The ``DataLoader`` workers this epoch is read with when not the loader's own: a stream's epoch
     resumed under another ``num_workers`` finishes under the count it started with."""
     ended_at: tuple[int | None, ...] | None = None
-    """For a stream each process reads its own share of: the step at which each process's share ended
-    (``None``: not yet), by rank, as a 0.2 / 0.3 state's ``streams`` recorded it (``None``: not recorded,
-    each process finds its own end as it reads, or not such a stream)."""
+    """Each process's share's end step (``None``: not yet), by rank, as a 0.2 / 0.3 state's ``streams`` recorded
+    it (``None``: not recorded, or not a stream of shares)."""
 
     @property
     def start(self) -> int:
@@ -51,11 +42,8 @@ class Position:
 
 @dataclass(slots=True)
 class Progress:
-    """The live counters of a loader's epoch, moved by its ``Resumption`` only (``loaders/resumable.py``).
-
-    NOTE: slotted: ``steps`` and ``end`` change at every batch, and an attribute set on a ``DataLoader``
-    itself goes through its slow Python-level ``__setattr__``.
-    """
+    """The live counters of a loader's epoch, moved by its ``Resumption`` only; slotted, and apart from the
+    ``DataLoader`` (whose ``__setattr__`` is slow), as they change at every batch."""
 
     epoch: int = 0
     """The epoch the next (or current) iteration covers."""
@@ -119,11 +107,8 @@ class ShardingInfo:
         return base * self.total_batch_size // self.step_size if self.step_size else 0
 
     def remainder(self, before: int = 0) -> int:
-        """Real samples of the last (padded) global batch, or -1 when no batch is padded or it is unknown.
-
-        ``before``: samples consumed before this sharding took over the epoch (an elastic resume); the rest
-        is split in global batches of this sharding.
-        """
+        """Real samples of the last (padded) global batch, or -1 when no batch is padded or it is unknown;
+        ``before``: samples consumed before this sharding took over the epoch (an elastic resume)."""
         if self.drop_last or self.dataset_length is None or not self.total_batch_size:
             return -1
         if self.mode == "shard" and is_balanced(self.even_batches, self.dataset_length, self.num_processes):

@@ -1,12 +1,5 @@
-"""What both loaders hold: a ``Resumption`` (epochs, the position in the epoch, the saved state and a
-restore waiting for the next ``iter()``); the loaders' public methods delegate to it (``loaders/base.py``).
-
-All iteration state lives on the loader instance (docs/DESIGN.md, "No singleton"): ``end_of_dataloader``,
-``remainder`` and the position in the epoch. ``state_dict`` describes the epoch globally ("Global
-state"), so it is the same on every process and loads on any number of processes ("Elastic resume").
-The live counters are a ``Progress``, moved here only; a restore, and the start an epoch's batches are
-read from, are immutable ``Position``\\ s, handed to the loader's source (``loaders/source.py``).
-"""
+"""What both loaders hold: a ``Resumption`` (epochs, the position in the epoch, the saved state and a restore
+waiting for the next ``iter()``), the one writer of the live ``Progress`` (docs/DESIGN.md, "No singleton")."""
 
 from __future__ import annotations
 
@@ -31,12 +24,8 @@ if TYPE_CHECKING:
 
 
 class Resumption:
-    """A loader's epochs and position: applies a restore at the next ``iter()``, and saves the position.
-
-    Args:
-        source: where the loader's batches come from (``BatchSource``).
-        skip_batches: steps to skip at the start of the first iteration.
-    """
+    """A loader's epochs and position over its ``source``: applies a restore at the next ``iter()`` (the first
+    one skips ``skip_batches`` steps), and saves the position."""
 
     def __init__(self, source: BatchSource, *, skip_batches: int = 0) -> None:
         self.source = source
@@ -56,10 +45,9 @@ class Resumption:
 
     def current(self) -> Position:
         """Where the epoch stands: a pending restore, the epoch in progress, or the next epoch's start."""
-        progress = self.progress
         if self.pending is not None:
             return self.pending
-        return progress.position() if progress.in_epoch else Position(progress.epoch)
+        return self.progress.position() if self.progress.in_epoch else Position(self.progress.epoch)
 
     def length(self) -> int:
         """Steps of the epoch in progress (or the next), counting those taken before a resume."""
@@ -113,9 +101,8 @@ class Resumption:
         return start
 
     def run(self, epoch: Generator[tuple[Any, bool], None, None]) -> Iterator[Any]:
-        """Yield the batches of ``epoch`` (each with whether it is the last), counting each: the one place the
-        live position moves. When ``epoch`` runs out, the epoch is finished; when the iteration is left
-        early, ``epoch`` is closed (a dispatcher flushes its sends, a stream settles its agreement)."""
+        """Yield the batches of ``epoch`` (each with whether it is the last), counting each (the one place the live
+        position moves); finish the epoch when it runs out, close it when the iteration is left early."""
         progress = self.progress
         try:
             for batch, last in epoch:
@@ -146,11 +133,8 @@ class Resumption:
         return None if seeded is None else int(seeded.initial_seed)
 
     def snapshot(self) -> Position:
-        """Where the next batch comes from: a pending restore, the epoch in progress, or the next epoch.
-
-        NOTE: between epochs (and before the first) the next epoch starts from the generator's state
-        now, not from the state the finished epoch started with.
-        """
+        """Where the next batch comes from: a pending restore, the epoch in progress, or the next epoch (from
+        the generator's state now, not the state the finished epoch started with)."""
         pending, seed = self.pending, self.sampler_seed()
         if pending is not None:
             return replace(
@@ -234,14 +218,9 @@ class Resumption:
 
 
 def _stream_epoch_workers(saved: LoaderState, info: ShardingInfo, num_workers: int) -> int | None:
-    """The worker count a stream's resumed epoch must finish under, when it is not the loader's own.
-
-    NOTE: a stream's batches come out of its ``DataLoader`` workers interleaved, each worker reading its
-    own part (split by the dataset, or by ``shard(W, w)``), so an epoch's batches and their order depend
-    on the number of workers: only the count the epoch started with continues it exactly. The rest of
-    the epoch is read with that count, and the loader's own applies from the next epoch (docs/DESIGN.md,
-    "Elastic resume"). A map-style loader's position is indices, which any number of workers fetches alike.
-    """
+    """The worker count a stream's resumed epoch must finish under, when it is not the loader's own: an epoch's
+    batches and their order depend on its workers' split (docs/DESIGN.md, "Elastic resume"); a map-style
+    loader's position is indices, which any number of workers fetches alike."""
     epoch, steps, saved_workers = saved.position.epoch, saved.position.steps, saved.position.workers
     if not info.streamed or steps == 0 or saved_workers == num_workers:
         return None
@@ -259,11 +238,8 @@ def _stream_epoch_workers(saved: LoaderState, info: ShardingInfo, num_workers: i
 
 
 class WorkerCountWarning(UserWarning):
-    """A stream's epoch resumed under another ``num_workers`` finishes with the count it was saved with.
-
-    The rest of that epoch is read by as many workers as it was saved with (a stream's split among workers
-    cannot change mid-epoch); the next epoch uses the loader's own ``num_workers``.
-    """
+    """A stream's epoch resumed under another ``num_workers`` finishes with the count it was saved with (its
+    split among workers cannot change mid-epoch); the next epoch uses the loader's own ``num_workers``."""
 
     def __init__(self, message: str) -> None:
         """

@@ -1,6 +1,5 @@
-"""``DataLoaderShard``: the per-process loader, a real ``DataLoader`` subclass (docs/DESIGN.md, "Real loader
-subclasses", "No singleton", "Global state"), reading from the source its kind of data has
-(``loaders/kinds.py``, ``loaders/source.py``)."""
+"""``DataLoaderShard``: the per-process loader, a real ``DataLoader`` subclass reading from the source its kind
+of data has (docs/DESIGN.md, "Real loader subclasses", "Kinds of data")."""
 
 from __future__ import annotations
 
@@ -92,11 +91,8 @@ class DataLoaderShard(ResumableLoader):
         self.resumption = Resumption(self.source, skip_batches=skip_batches)
 
     def fresh_copy(self) -> DataLoaderShard:
-        """A loader with every setting of this one and a position of its own (at the epoch's start).
-
-        The dataset is shared; the index source (batch sampler, sampler, generator) or iterable shard
-        is copied, so iterating one never moves the other. The epoch is kept.
-        """
+        """A loader with every setting and the epoch of this one and a position of its own (at the epoch's
+        start): the dataset is shared, the index source (and generators) or iterable shard copied."""
         user = getattr(self.dataset, "dataset", self.dataset) if self.kind.stream else self.dataset
         shared = {id(user): user}
         cursor = self.cursor
@@ -132,12 +128,8 @@ class DataLoaderShard(ResumableLoader):
 
 
 class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
-    """``DataLoaderShard`` backed by torchdata's ``StatefulDataLoader`` (``use_stateful_dataloader=True``).
-
-    ``state_dict`` / ``load_state_dict`` are the shard state's, as for ``DataLoaderShard``.
-    NOTE: torchdata's own ``StatefulDataLoader.state_dict(loader)`` is not a resume point of this loader:
-    it counts the batch this loader has read ahead (to know the epoch's last batch), so it is not offered.
-    """
+    """``DataLoaderShard`` backed by torchdata's ``StatefulDataLoader`` (``use_stateful_dataloader=True``);
+    its state is the shard state (torchdata's own counts the batch this loader reads ahead, so it is not offered)."""
 
 
 def _source(loader: DataLoaderShard, stream_ends: StreamEnds | None) -> ShardSource:
@@ -188,10 +180,8 @@ def _with_cursor(kind: DataKind, dataset: Any, kwargs: dict[str, Any]) -> dict[s
 def _default_batch_sampler(dataset: Any, kwargs: dict[str, Any]) -> BatchSampler:
     """The batch sampler ``DataLoader`` would build from ``batch_size`` / ``shuffle`` / ``sampler``."""
     sampler, shuffle = kwargs.pop("sampler", None), kwargs.pop("shuffle", None)
-    if sampler is None:
-        sampler = (
-            RandomSampler(dataset, generator=kwargs.get("generator"))
-            if shuffle
-            else SequentialSampler(dataset)
-        )
+    if sampler is None and shuffle:
+        sampler = RandomSampler(dataset, generator=kwargs.get("generator"))
+    elif sampler is None:
+        sampler = SequentialSampler(dataset)
     return BatchSampler(sampler, kwargs.pop("batch_size", 1), kwargs.pop("drop_last", False))

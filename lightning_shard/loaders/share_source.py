@@ -10,23 +10,21 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from lightning_shard.loaders.position import Position, ShardingInfo
-from lightning_shard.loaders.source import Batches, ShardSource, moving, rows_of
+from lightning_shard.loaders.source import Batches, StreamSource, moving, rows_of
 from lightning_shard.loaders.streams import StreamRun, describe
 from lightning_shard.sampling.native_stream import NATIVE_STREAM, NativeStreamShard
 
 
-class ShareSource(ShardSource):
+class ShareSource(StreamSource):
     """``shard``, this process's share: the processes agree on when their shares end (``StreamRun``); a
     start mid-epoch reads again and drops the batches the process consumed of its share (continuing in its
     padding where its share had ended), unless the library continues the position itself (its ``SelfSplit``
     was handed the state: the start then skips nothing)."""
 
-    stream: StreamRun
+    shard: NativeStreamShard
 
     def __init__(self, loader: Any, shard: NativeStreamShard, stream: StreamRun) -> None:
-        super().__init__(loader)
-        self.shard = shard
-        self.stream = stream
+        super().__init__(loader, shard, stream)
         self.library = shard.library
 
     def batches(self, start: Position) -> Batches:
@@ -45,23 +43,10 @@ class ShareSource(ShardSource):
         return DataLoader.__len__(self.loader)
 
     def sharding(self) -> ShardingInfo:
-        shard = self.shard
         # NOTE: a dataset that splits itself reports its own share's length (LitData), which differs by rank,
         # and the state must be the same on every process.
-        length = getattr(shard.dataset, "__len__", None) if shard.kind == NATIVE_STREAM else None
-        return ShardingInfo(
-            mode="shard",
-            num_processes=shard.num_processes,
-            split_batches=shard.split_batches,
-            even_batches=self.stream.even_batches,
-            drop_last=bool(self.loader.drop_last),
-            batch_size=shard.batch_size,
-            dataset_length=int(length()) if callable(length) else None,
-            sampler=shard.kind,
-        )
-
-    def set_epoch(self, epoch: int) -> None:
-        self.shard.set_epoch(epoch)
+        kind = self.shard.kind
+        return self.stream_sharding(kind, bool(self.loader.drop_last), sized=kind == NATIVE_STREAM)
 
     def describe(self) -> str:
         shard = self.shard

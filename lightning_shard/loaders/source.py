@@ -1,12 +1,5 @@
-"""Where a loader's batches come from: one ``BatchSource`` per kind of data (docs/DESIGN.md, "Kinds of data").
-
-A loader holds one source, picked by ``source_for`` from its ``DataKind`` (``loaders/kinds.py``): map-style
-data by index (``map_source.py``), a stream every process strides (``strided_source.py``), a stream each
-process reads its own share of (``share_source.py``), or process 0 reading for everyone
-(``dispatch_source.py``). Each yields an epoch's batches from a given start, as ``(batch, is_last)``;
-knows its length after a position, its sharding (what the state records) and how to put its data at an
-epoch. The start is passed in, immutable: nothing is left on the source for a later call to find.
-"""
+"""Where a loader's batches come from: one ``BatchSource`` per kind of data, each yielding an epoch's batches
+from an immutable start as ``(batch, is_last)`` (docs/DESIGN.md, "Kinds of data", "No singleton")."""
 
 from __future__ import annotations
 
@@ -30,12 +23,8 @@ Batches = Generator[tuple[Any, bool], None, None]
 
 
 class BatchSource(ABC):
-    """The contract of a loader's source of batches; the ``Resumption`` drives it (``loaders/resumable.py``).
-
-    Args:
-        loader: the loader it reads for (its ``DataLoader`` settings, device, topology: a ``DataLoaderShard``
-            or ``DataLoaderDispatcher``, which hold their source, so it is not typed here).
-    """
+    """The contract of a loader's source of batches, driven by the ``Resumption``; ``loader`` is the
+    ``DataLoaderShard`` or ``DataLoaderDispatcher`` it reads for (untyped: the loaders hold their source)."""
 
     stream: StreamRun | None = None
     """The end agreement of a stream's processes (and each one's position in a share of its own)."""
@@ -93,11 +82,38 @@ class ShardSource(BatchSource):
         synchronize_rng_states(self.loader.rng_types, self.loader.synchronized_generator)
 
 
-def marked_last(batches: Iterator[Any], move: Callable[[Any], Any] | None = None) -> Batches:
-    """Each of ``batches`` (``move``d, if given) with whether it is the last: one batch read ahead.
+class StreamSource(ShardSource):
+    """What the sources of a stream share: this process's ``shard`` of it and its end agreement."""
 
-    NOTE: no collective: map-style data ends where arithmetic says, on every process alike.
-    """
+    stream: StreamRun
+
+    def __init__(self, loader: Any, shard: Any, stream: StreamRun) -> None:
+        super().__init__(loader)
+        self.shard = shard
+        self.stream = stream
+
+    def set_epoch(self, epoch: int) -> None:
+        self.shard.set_epoch(epoch)
+
+    def stream_sharding(self, sampler: str, drop_last: bool, sized: bool) -> ShardingInfo:
+        """The sharding of ``shard``, recorded as ``sampler`` (``sized``: its dataset's length is recorded)."""
+        shard = self.shard
+        length = getattr(shard.dataset, "__len__", None) if sized else None
+        return ShardingInfo(
+            mode="shard",
+            num_processes=shard.num_processes,
+            split_batches=shard.split_batches,
+            even_batches=self.stream.even_batches,
+            drop_last=drop_last,
+            batch_size=shard.batch_size,
+            dataset_length=int(length()) if callable(length) else None,
+            sampler=sampler,
+        )
+
+
+def marked_last(batches: Iterator[Any], move: Callable[[Any], Any] | None = None) -> Batches:
+    """Each of ``batches`` (``move``d, if given) with whether it is the last, one batch read ahead (no
+    collective: map-style data ends where arithmetic says, on every process alike)."""
     current = next(batches, _END)
     while current is not _END:
         if move is not None:

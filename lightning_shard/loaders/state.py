@@ -1,10 +1,5 @@
-"""The saved state of a loader: plain, JSON-serialisable, versioned, identical on every process.
-
-It records where the epoch stands globally (how many batches of the user's loader were consumed), not
-per process, so it can be loaded on another number of processes (docs/DESIGN.md, "Global state" and
-"Elastic resume"), and the topology it was written under, so that a difference at resume is either
-handled or refused by name.
-"""
+"""The saved state of a loader: plain, JSON-serialisable, versioned, identical on every process, global rather
+than per process, refused by name where it cannot continue (docs/DESIGN.md, "Global state", "Elastic resume")."""
 
 from __future__ import annotations
 
@@ -27,8 +22,7 @@ _POSITION_RENAMED = {"workers": "num_workers"}
 _POSITION_UNSAVED = ("ended_at",)
 """``Position`` fields the state holds otherwise: each process's stream end, in a released state's ``streams``."""
 _WRITTEN_WHEN_SET = ("library",)
-"""Keys written only when they hold something: only some streams have them, and every other state keeps the
-keys it had."""
+"""Keys written only when set (only some streams have them): every other state keeps the keys it had."""
 _OPTIONAL = dict.fromkeys(("generator_state", "sampler_seed", "world_size", "sampler", "streams", "library"))
 _OPTIONAL.update(base_steps=0, num_workers=0)
 
@@ -122,15 +116,8 @@ _KEYS = (*_SHARDING_SAVED, *_POSITION_SAVED.values(), *_OWN_SAVED)
 
 
 def check_resumable(state: Any, here: ShardingInfo, library: SelfSplit | None = None) -> LoaderState:
-    """Parse ``state`` and refuse it if a loader sharding as ``here`` cannot continue it exactly.
-
-    ``library``: how a stream that splits itself does it (why its shares do not carry over, or that the
-    library itself continues a position on any number of processes).
-
-    Raises:
-        ValueError: on a malformed state or another version (``LoaderState.from_dict``), or a state
-            saved with other settings, or saved mid-epoch in a way this loader cannot continue.
-    """
+    """Parse ``state`` and refuse it (``ValueError``) if a loader sharding as ``here`` cannot continue it
+    exactly; ``library``: how a stream that splits itself does it (it may continue a position itself)."""
     saved = LoaderState.from_dict(state)  # NOTE: refuses another format or version, then each bad value.
     there, at = saved.sharding, saved.position
     mid_epoch, resharded = at.steps > 0, there.num_processes != here.num_processes

@@ -1,8 +1,5 @@
-"""How a stream's processes learn that their shares ended: ``Agreement`` (one asynchronous
-all-reduce of two integers per fetch) and ``Share`` (a process's batches: the real pass over its share,
-then passes from its start as padding); used by ``StreamRun`` (``loaders/streams.py``; docs/DESIGN.md,
-"Streaming data", "Scale"). And ``check_same_stream``: whether a strided stream's processes read the same
-first elements ("Streams that split themselves")."""
+"""How a stream's processes learn that their shares ended (``Agreement``, ``Share``), and whether a strided
+stream's read the same first elements (docs/DESIGN.md, "Streaming data", "Streams that split themselves")."""
 
 from __future__ import annotations
 
@@ -15,6 +12,7 @@ import torch.distributed as dist
 
 from lightning_shard.comm.collectives import all_gather_objects, communication_device
 from lightning_shard.comm.tree import map_leaves
+from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.stream_fingerprint import Fingerprint, Fingerprinted
 
 END = object()
@@ -41,11 +39,8 @@ _UNKNOWN = (-1, -(2**62) - 1)
 
 
 def check_same_stream(seen: Fingerprint | None, dataset: Any, num_processes: int, process_index: int) -> None:
-    """Raise on every process unless every process that read elements read the same first global batch.
-
-    One all-reduce (a maximum) of three integers, whatever the number of processes: the largest digest,
-    the negated smallest, and whether any was a digest of whole contents.
-    """
+    """Raise on every process unless every process that read elements read the same first global batch (one
+    all-reduce, a maximum, of the largest digest, the negated smallest, and whether any was of whole contents)."""
     sent = _UNKNOWN if seen is None else (seen.digest, -seen.digest)
     values = torch.tensor([*sent, int(seen is not None and seen.by_content)], device=communication_device())
     dist.all_reduce(values, op=dist.ReduceOp.MAX)
@@ -75,21 +70,14 @@ def check_same_stream(seen: Fingerprint | None, dataset: Any, num_processes: int
 
 def checked_first(
     batches: Iterator[Any],
-    dataset: Any,
-    num_processes: int,
-    process_index: int,
+    shard: IterableDatasetShard,
     *,
     compare: bool,
     pin: bool,
     in_order: bool,
 ) -> Generator[Any, None, None]:
-    """``batches`` once every process read the same first elements (``check_same_stream``, at the first
-    fetch, when ``compare``: every rank of the group iterates the stream): the first batch's
-    ``Fingerprinted`` wrapper is taken off (and its tensors pinned with ``pin``).
-
-    NOTE: only the first batch can carry a fingerprint when the ``DataLoader`` delivers its workers' batches
-    in order (the first worker's first batch comes first); without ``in_order`` every batch is looked at.
-    """
+    """``batches`` of ``shard`` once every process read the same first elements (checked at the first fetch when
+    ``compare``), each ``Fingerprinted`` wrapper taken off: the first batch's only, unless not ``in_order``."""
     first = next(batches, END)
     seen = None
     if type(first) is Fingerprinted:
@@ -99,7 +87,7 @@ def checked_first(
                 lambda leaf: leaf.pin_memory() if isinstance(leaf, torch.Tensor) else leaf, first
             )
     if compare:
-        check_same_stream(seen, dataset, num_processes, process_index)
+        check_same_stream(seen, shard.dataset, shard.num_processes, shard.process_index)
     if first is END:
         return
     yield first
@@ -110,15 +98,9 @@ def checked_first(
 
 
 class Share:
-    """This process's batches: the real pass over its share, then passes from its start (padding).
-
-    ``end`` is how many real batches the share holds, once known (``None`` before): when its real pass
-    ends, or on resume at batch ``skip``, from a state that recorded it (``ended``) or found while reading
-    again and dropping the ``skip`` batches consumed. A share that ended after ``end < skip`` batches
-    continues ``(skip - end) % end`` batches into its padding (passes of ``end`` batches each); any other
-    continues its real pass after ``skip``. Batches are counted after the loader interleaves its workers'
-    batches, so the counts are exact with workers.
-    """
+    """This process's batches: the real pass over its share, then passes from its start (padding). ``end`` is
+    how many real batches the share holds, once known; resumed at batch ``skip`` after its end (recorded as
+    ``ended``, or found reading again), it continues ``(skip - end) % end`` batches into its padding."""
 
     def __init__(
         self, first: Iterator[Any], restart: Callable[[], Iterator[Any]], skip: int, ended: int | None
@@ -172,13 +154,8 @@ class Share:
 
 
 class Agreement:
-    """One asynchronous all-reduce (a sum over the group) of two integers per fetch, settled before that
-    batch is yielded: how many ranks' shares have ended, and how many of those ended before the epoch's
-    first step (empty). The same two integers whatever the number of processes and however the shares
-    end: every decision of ``StreamRun`` follows from the sums, the same on every process."""
-
-    SIZE = 2
-    """Integers sent per fetch."""
+    """One asynchronous all-reduce (a sum over the group) of two integers per fetch, settled before that batch
+    is yielded: how many ranks' shares have ended, and how many of those were empty."""
 
     def __init__(self) -> None:
         self._pending: tuple[torch.Tensor, Any] | None = None

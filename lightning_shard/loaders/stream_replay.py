@@ -1,17 +1,6 @@
 """The rest of a strided stream's epoch, read by ``DataLoader`` workers, continued on another number of
-processes (docs/DESIGN.md, "Elastic resume").
-
-With ``W`` workers each worker reads its own part of the stream (split by the dataset, e.g. through
-``get_worker_info()``) and groups it into global batches of ``G`` elements (``G`` = the global batch
-of the topology the epoch started on); the ``DataLoader`` hands the groups out worker after worker.
-That interleaving *is* the epoch's order, and it depends on ``G``: on another number of processes the
-same workers would group, and so interleave, differently. Skipping the consumed elements inside each
-worker would skip each worker's first elements, not the first elements of the epoch.
-
-So the epoch is replayed as it was read: ``W`` workers, groups of ``G``, the first ``S`` groups (the
-steps taken) dropped; what follows is the rest of the epoch in its order, which this process strides
-over like any stream (``IterableDatasetShard``), in the main process.
-"""
+processes: replayed as it was read (its workers, its global batch), not skipped inside each worker, which
+would skip each worker's first elements rather than the epoch's (docs/DESIGN.md, "Elastic resume")."""
 
 from __future__ import annotations
 
@@ -29,44 +18,16 @@ _WORKER_SETTINGS = ("worker_init_fn", "multiprocessing_context", "prefetch_facto
 
 
 class ReplayedOrder(IterableDataset):
-    """The elements of ``dataset`` in the order ``workers`` workers delivered them in groups of
-    ``group``, after the first ``skip_groups`` groups.
+    """The elements of ``dataset`` in the order a ``DataLoader`` of ``settings`` (the epoch's workers, its
+    global batch as ``batch_size``) delivered them, after the first ``skip_groups`` global batches."""
 
-    Args:
-        dataset: the user's stream (which splits itself among workers).
-        group: the global batch size the epoch was read with.
-        workers: the number of ``DataLoader`` workers it was read with (at least 1).
-        skip_groups: the groups (steps) already consumed.
-        drop_last: whether an incomplete last group of a worker was dropped.
-        settings: the user's ``DataLoader`` settings (worker start-up and context).
-    """
-
-    def __init__(
-        self,
-        dataset: Any,
-        *,
-        group: int,
-        workers: int,
-        skip_groups: int,
-        drop_last: bool,
-        settings: dict[str, Any],
-    ) -> None:
+    def __init__(self, dataset: Any, skip_groups: int, **settings: Any) -> None:
         self.dataset = dataset
-        self.group = group
-        self.workers = workers
         self.skip_groups = skip_groups
-        self.drop_last = drop_last
-        self.settings = {name: settings[name] for name in _WORKER_SETTINGS if name in settings}
+        self.settings = settings
 
     def __iter__(self) -> Iterator[Any]:
-        groups = DataLoader(
-            self.dataset,
-            batch_size=self.group,
-            drop_last=self.drop_last,
-            collate_fn=_elements,
-            num_workers=self.workers,
-            **self.settings,
-        )
+        groups = DataLoader(self.dataset, collate_fn=_elements, **self.settings)
         for group in itertools.islice(groups, self.skip_groups, None):
             yield from group
 
@@ -84,24 +45,17 @@ def replayed_batches(
     start: int,
     loader: DataLoader,
 ) -> Iterator[Any]:
-    """This process's batches of the rest of an epoch that ``workers`` workers read for ``steps`` steps.
-
-    Args:
-        shard: this loader's shard of the stream (this topology).
-        consumed: elements the ``steps`` steps consumed (``steps`` whole global batches).
-        steps: steps taken on the topology the epoch started on.
-        workers: the workers the epoch was read with.
-        start: steps this topology already took of the rest (a later resume on the same count).
-        loader: the prepared loader (its batch size, collation and pinning).
-    """
+    """This process's batches of the rest of an epoch that ``workers`` workers read for ``steps`` steps
+    (``consumed`` elements), of which this ``shard`` (this topology) already took ``start`` steps."""
     shard.seed_dataset_generator()
+    settings = loader_settings(loader)
     order = ReplayedOrder(
         shard.dataset,
-        group=consumed // steps,
-        workers=workers,
-        skip_groups=steps,
+        steps,
+        batch_size=consumed // steps,
         drop_last=shard.drop_last,
-        settings=loader_settings(loader),
+        num_workers=workers,
+        **{name: settings[name] for name in _WORKER_SETTINGS if name in settings},
     )
     rest = IterableDatasetShard(
         order,

@@ -1,22 +1,5 @@
-"""Streams: one end agreement, four ways to end (docs/DESIGN.md, "Streaming data", "No hangs").
-
-Each fetch starts, one batch ahead and asynchronously, an all-reduce of two integers, waited for only
-before that batch is yielded (its latency overlaps the step on the batch before; a check at the epoch's
-end would pair with the collectives of a step one process takes alone): how many processes' shares have
-ended, and how many of those were empty. Its size does not depend on the number of processes, nor on how
-the shares end (docs/DESIGN.md, "Scale"). What follows is the ``stream_ends`` policy:
-
-- ``"same"`` (strided, ``even_batches=True``): every process reads the whole stream, so all end at the same
-  step; if only some did, every process raises at once.
-- ``"pad"`` (native, ``even_batches=True``): a process whose share ended continues from the start of its
-  share until every share has ended; an empty share is refused while others still have data.
-- ``"shortest"`` (``even_batches=False``): every process stops at the first end; the others count what they
-  leave unseen (by reading it: a stream has no length) and rank 0 reports it.
-- ``"own"`` (predict): no agreement; each process reads its share to its end.
-
-Each process knows its own end; who ended when, and what each read and padded, is summed once, at the
-epoch's end, for its ``StreamReport``.
-"""
+"""Streams: one end agreement (two integers all-reduced per fetch, one batch ahead), four ways to end, the
+``stream_ends`` policies (docs/DESIGN.md, "Streaming data", "No hangs", "Scale")."""
 
 from __future__ import annotations
 
@@ -34,21 +17,18 @@ from lightning_shard.loaders.stream_agreement import END, Agreement, Share, all_
 from lightning_shard.log import warn
 
 StreamEnds: TypeAlias = Literal["pad", "shortest", "own", "same"]
-"""What a loader over a stream does when its processes' streams may end at different steps (see above)."""
+"""What a loader over a stream does when its processes' streams may end at different steps: ``"same"`` (all
+end together, or all raise), ``"pad"`` (ended shares restart until all ended), ``"shortest"`` (all stop at
+the first end, rank 0 reports what is left unseen) or ``"own"`` (predict: no agreement)."""
 PAD: Final = "pad"
 SHORTEST: Final = "shortest"
 OWN: Final = "own"
 SAME: Final = "same"
-STREAMENDS: tuple[StreamEnds, ...] = get_args(StreamEnds)
 
 
 def stream_ends_for(strided: bool, even_batches: bool, uneven: StreamEnds = SHORTEST) -> StreamEnds:
-    """The ``stream_ends`` policy of a stream, decided here only (``loaders/kinds.py`` asks once).
-
-    With ``even_batches``: a strided stream ends at the same step on every process (``"same"``:
-    ``IterableDatasetShard`` pads the last global batch) and a share of its own is padded (``"pad"``).
-    Without: ``uneven``, ``"shortest"`` for a training loop or ``"own"`` where no step is collective (predict).
-    """
+    """The ``stream_ends`` policy of a stream, decided here only: with ``even_batches`` ``"same"`` (strided) or
+    ``"pad"`` (a share of its own), else ``uneven`` (``"own"`` where no step is collective: predict)."""
     if not even_batches:
         return uneven
     return SAME if strided else PAD
@@ -93,15 +73,9 @@ def _per_rank(counts: tuple[int, ...]) -> str:
 
 
 class StreamRun:
-    """The ``stream_ends`` policy, position and end agreement of a loader over a stream.
-
-    Args:
-        stream_ends: ``"same"`` (strided streams only), ``"pad"``, ``"shortest"`` or ``"own"``.
-        num_processes, process_index: ``N`` and ``r``.
-        resumable: whether the loader itself skips batches on resume (native shares; a strided
-            stream skips inside ``IterableDatasetShard``).
-        spans_group: whether every rank of the default group iterates it (then the ends can be agreed on).
-    """
+    """The ``stream_ends`` policy, position and end agreement of process ``process_index`` of ``num_processes``
+    reading a stream; ``resumable``: the loader itself skips batches on resume (shares, not a strided stream);
+    ``spans_group``: every rank of the default group iterates it (then the ends can be agreed on)."""
 
     def __init__(
         self,
@@ -113,7 +87,7 @@ class StreamRun:
         spans_group: bool = True,
     ) -> None:
         # NOTE: a share of its own (resumable) is padded, a strided stream ends together ("same").
-        allowed = [ends for ends in STREAMENDS if ends != (SAME if resumable else PAD)]
+        allowed = [ends for ends in get_args(StreamEnds) if ends != (SAME if resumable else PAD)]
         if stream_ends not in allowed:
             raise ValueError(
                 f"`stream_ends` must be one of {allowed} for this stream, got {stream_ends!r}. Leave it `None`: "
@@ -128,8 +102,7 @@ class StreamRun:
         self.report: StreamReport | None = None
         """The last finished epoch's report (``None`` under ``"same"``: nothing to report)."""
         self.exchanged = 0
-        """Bytes this process all-reduced in the current (or last) epoch's agreement: its checks, one per
-        fetch, then the report's sums at the epoch's end."""
+        """Bytes this process all-reduced in the current (or last) epoch's agreement (checks, then the report)."""
 
     @property
     def uneven(self) -> bool:
@@ -142,11 +115,8 @@ class StreamRun:
         return self.stream_ends in (SAME, PAD)
 
     def take_padding(self) -> int:
-        """Padding samples in the oldest batch yielded and not yet taken: call it once per consumed batch.
-
-        A consumer that reads ahead (Lightning prefetches one batch of a stream) takes the value of the
-        batch it is about to process, not of the last one yielded.
-        """
+        """Padding samples in the oldest batch yielded and not yet taken: call it once per consumed batch (a
+        consumer that reads ahead, as Lightning, gets the batch it is about to process)."""
         return self._paddings.popleft() if self._paddings else 0
 
     # -- position ---------------------------------------------------------------------------------
@@ -157,9 +127,8 @@ class StreamRun:
         return ends if len(ends) == self.num_processes and self.resumable else None
 
     def saved_ends(self) -> list[dict[str, Any]] | None:
-        """What a state records in ``streams``: ``[]`` for a stream the loader resumes itself (each process
-        finds its own end again as it reads its share on resume, so the state needs no process's end and
-        stays the same on every process without a collective), ``None`` for any other."""
+        """What a state records in ``streams``: ``[]`` for a stream the loader resumes itself (each process finds
+        its own end again on resume), ``None`` for any other."""
         return [] if self.resumable else None
 
     # -- one epoch --------------------------------------------------------------------------------
@@ -260,9 +229,8 @@ class StreamRun:
     def _report(
         self, agreed: bool, counts: list[int], ended_at: int | None, left: int | None, epoch: int, steps: int
     ) -> StreamReport:
-        """The epoch's report from this process's real and padding samples (``counts``), end and samples
-        ``left`` unseen (``"shortest"``): every process's, summed once over the group where they agreed
-        (each process writes its own entries), this process's own otherwise."""
+        """The epoch's report from this process's real and padding samples (``counts``), end and samples ``left``
+        unseen: every process's entries summed once over the group where they ``agreed``, else its own."""
         size, rank = self.num_processes, self.process_index
         values = [0] * (3 * size + 1)
         values[rank], values[size + rank] = counts

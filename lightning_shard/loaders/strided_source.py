@@ -12,25 +12,20 @@ from typing import Any
 import torch
 
 from lightning_shard.loaders.position import Position, ShardingInfo
-from lightning_shard.loaders.source import Batches, ShardSource, moving, rows_of
+from lightning_shard.loaders.source import Batches, StreamSource, moving, rows_of
 from lightning_shard.loaders.stream_agreement import checked_first
 from lightning_shard.loaders.stream_replay import replayed_batches
-from lightning_shard.loaders.streams import SHORTEST, StreamRun, describe
+from lightning_shard.loaders.streams import SHORTEST, describe
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.native_stream import STRIDED_STREAM
 
 
-class StridedSource(ShardSource):
+class StridedSource(StreamSource):
     """``shard`` read by the loader's ``DataLoader``; a start skips inside the shard (whole global batches
     read and dropped) or, with workers, drops batches after the ``DataLoader`` interleaves them; the rest of
     an epoch another number of processes began with workers is replayed in that epoch's order."""
 
-    stream: StreamRun
-
-    def __init__(self, loader: Any, shard: IterableDatasetShard, stream: StreamRun) -> None:
-        super().__init__(loader)
-        self.shard = shard
-        self.stream = stream
+    shard: IterableDatasetShard
 
     def batches(self, start: Position) -> Batches:
         loader, shard = self.loader, self.shard
@@ -48,15 +43,14 @@ class StridedSource(ShardSource):
                 loader=loader,
             )
         else:
-            # NOTE: each worker iterates its own copy of the stream and the DataLoader interleaves their
-            # batches, so with workers the batches to skip are dropped after interleaving: exact, at the cost
-            # of collating them.
+            # NOTE: each worker iterates its own copy of the stream, so with workers the batches to skip are
+            # dropped after the DataLoader interleaves them: exact, at the cost of collating them.
             discard = start.start if workers > 0 else 0
             loaded = self._read(start, start.start - discard)
         if shard.fingerprinted:
             loaded = checked_first(
-                loaded, shard.dataset, shard.num_processes, shard.process_index,
-                compare=self.stream.spans_group, pin=loader.pin_memory, in_order=getattr(loader, "in_order", True),
+                loaded, shard, compare=self.stream.spans_group, pin=loader.pin_memory,
+                in_order=getattr(loader, "in_order", True),
             )  # fmt: skip
         rows = rows_of(loader)
         batches = itertools.islice(loaded, discard, None) if discard else loaded
@@ -64,9 +58,8 @@ class StridedSource(ShardSource):
         return self.stream.batches(batches, restart, rows, start, moving(loader))
 
     def _read(self, start: Position, skip_steps: int) -> Iterator[Any]:
-        """The user's batches from ``start``, the shard skipping ``skip_steps`` global batches after the
-        elements another sharding consumed: it takes the skip when the ``DataLoader``'s iterator, created
-        right after, iterates it (or pickles it for its workers)."""
+        """The user's batches from ``start``, the shard skipping ``skip_steps`` global batches after the elements
+        another sharding consumed (taken when the ``DataLoader``'s iterator, created right after, iterates it)."""
         self.shard.resume(skip_steps=skip_steps, skip_elements=start.base)
         return self.loader.user_batches(start.workers)
 
@@ -81,21 +74,7 @@ class StridedSource(ShardSource):
         return int(rounded(elements / batch_size))
 
     def sharding(self) -> ShardingInfo:
-        shard = self.shard
-        length = getattr(shard.dataset, "__len__", None)
-        return ShardingInfo(
-            mode="shard",
-            num_processes=shard.num_processes,
-            split_batches=shard.split_batches,
-            even_batches=self.stream.even_batches,
-            drop_last=shard.drop_last,
-            batch_size=shard.batch_size,
-            dataset_length=int(length()) if callable(length) else None,
-            sampler=STRIDED_STREAM,
-        )
-
-    def set_epoch(self, epoch: int) -> None:
-        self.shard.set_epoch(epoch)
+        return self.stream_sharding(STRIDED_STREAM, self.shard.drop_last, sized=True)
 
     def describe(self) -> str:
         return describe("strided, every process reads the whole stream", self.stream)

@@ -1,13 +1,5 @@
-"""A user's ``DataLoader`` subclass survives preparation (docs/DESIGN.md, "Real loader subclasses").
-
-A loader prepared from ``MyLoader(...)`` is an instance of both our loader class and ``MyLoader``: its
-methods (an ``__iter__`` that transforms batches, helpers the training code calls) run, and its
-attributes are there, as under Lightning's own DDP, which builds ``MyLoader`` again with a sharded
-sampler. ``MyLoader.__init__`` is not run again (it may take arguments only the user knows); the
-prepared loader gets ``DataLoader.__init__`` with the sharded index source and the user's attributes
-as the user's instance holds them. Ours come first in the class order, so ``__len__``, ``state_dict``
-and ``load_state_dict`` are the shard's; the user's ``__iter__`` wraps the sharded batches.
-"""
+"""A user's ``DataLoader`` subclass survives preparation: the prepared loader is of our class and the user's, with
+the user's attributes, its ``__init__`` not run again (docs/DESIGN.md, "Real loader subclasses")."""
 
 from __future__ import annotations
 
@@ -25,22 +17,14 @@ _NOT_CARRIED = "__pl_"
 
 _TAKEN_OVER = (("litdata", "StreamingDataLoader"),)
 """``(package, class)`` of library loaders whose iteration drives their own dataset's position and epoch
-(LitData's calls its ``StreamingDataset``'s state methods): our loader takes that over, so they are
-replaced, as a plain ``DataLoader`` is, rather than kept."""
+(LitData's): our loader takes that over, so they are replaced as a plain ``DataLoader`` is."""
 
 
 def user_loader_class(dataloader: DataLoader) -> type | None:
     """The user's own ``DataLoader`` subclass ``dataloader`` is an instance of, or ``None``."""
     cls = type(dataloader)
-    if cls in _PLAIN or any(
-        _is(base, package, name) for base in cls.__mro__ for package, name in _TAKEN_OVER
-    ):
-        return None
-    return cls
-
-
-def _is(cls: type, package: str, name: str) -> bool:
-    return cls.__module__.split(".")[0] == package and cls.__name__ == name
+    taken_over = any((base.__module__.split(".")[0], base.__name__) in _TAKEN_OVER for base in cls.__mro__)
+    return None if cls in _PLAIN or taken_over else cls
 
 
 @functools.cache
@@ -52,11 +36,8 @@ def with_user_class(base: type, user: type | None) -> type:
 
 
 def init_data_loader(loader: DataLoader, dataset: Any, **kwargs: Any) -> None:
-    """Run ``DataLoader.__init__`` (``StatefulDataLoader``'s for a stateful loader) on ``loader``.
-
-    NOTE: not ``super().__init__``: in a class made by ``with_user_class`` that would run the user's
-    ``__init__`` with our arguments; its attributes are carried over by ``carry_user_attributes``.
-    """
+    """Run ``DataLoader.__init__`` (``StatefulDataLoader``'s for a stateful loader) on ``loader``; not
+    ``super().__init__``, which in a ``with_user_class`` class would run the user's with our arguments."""
     base = StatefulDataLoader if isinstance(loader, StatefulDataLoader) else DataLoader
     base.__init__(loader, dataset, **kwargs)
 
@@ -64,11 +45,8 @@ def init_data_loader(loader: DataLoader, dataset: Any, **kwargs: Any) -> None:
 def carry_user_attributes(
     loader: DataLoader, source: DataLoader, names: tuple[str, ...] | None = None
 ) -> None:
-    """Give ``loader`` the attributes ``source`` (the user's loader) has and a ``DataLoader`` has not.
-
-    ``names`` limits them to those (a prepared loader copying its own user attributes); the names
-    carried are recorded on ``loader`` as ``user_attributes``.
-    """
+    """Give ``loader`` the attributes ``source`` (the user's loader) has and a ``DataLoader`` has not (only
+    ``names``, if given), recording their names as ``user_attributes``."""
     own = vars(loader)
     carried = [
         name
