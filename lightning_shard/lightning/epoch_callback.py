@@ -46,8 +46,11 @@ class ShardEpochCallback(Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # NOTE: a fit resumed mid-epoch skips `on_train_epoch_start` for that epoch; this one always runs.
         self._rounds.close()
-        # NOTE: after the round closed, so that a rebuilt loader takes its predecessor's place (position 0).
-        rebuild_unrestored_training_loaders(trainer)
+        # NOTE: after the round closed, so that a rebuilt loader takes its predecessor's place (position 0);
+        # the rebuilt round is closed in turn: a reload before the next `on_train_epoch_start` (the epoch
+        # after a resumed one) follows on from it.
+        if rebuild_unrestored_training_loaders(trainer):
+            self._rounds.close()
         finish_restored_epoch(trainer)
 
     @override

@@ -152,6 +152,17 @@ def test_several_loaders_resumed_on_another_count_run_the_next_epoch_whole(
         assert len(set(a)) == min(len(a), 24), "no sample of the longer loader twice"
 
 
+def test_a_loader_built_before_the_restore_goes_on_in_the_checkpoints_order(runs: Path) -> None:
+    """2 -> 1 with the loader Lightning builds before it restores the fit loop (``configure_optimizers``
+    reads ``estimated_stepping_batches``) and rebuilds after: the reload at the next epoch continues the
+    rebuilt loader's random stream, so that epoch's order is the one a loader built after the restore
+    reads, under another global seed too."""
+    late, early = (_steps(runs / "shard" / f"resume2to1_{name}")[0] for name in ("late", "early"))
+    orders = [[ids for epoch, _, ids in steps if epoch == 1] for steps in (late, early)]
+    assert sorted(i for ids in orders[0] for i in ids) == list(range(LENGTH)), "the next epoch is whole"
+    assert orders[1] == orders[0], "the next epoch drew another order"
+
+
 @pytest.mark.parametrize("kind", ["monitored", "every"])
 def test_a_checkpoint_written_around_validation_resumes_exactly(runs: Path, kind: str) -> None:
     full = _records(runs / "validation" / "full")

@@ -9,7 +9,8 @@ workers, resumed with none; several training loaders stopped and resumed, and st
 other counts; checkpoints written while validation runs inside an epoch, resumed. ``three`` (3
 processes): the 2-process checkpoints resumed (2 -> 3), a ``split_batches`` checkpoint the new count
 cannot split (refused), a 3-process stop. ``back`` (2 processes): the 3-process checkpoint resumed
-(3 -> 2). ``fewer`` (1 process): the several loaders' checkpoints resumed (2 -> 1). Each fit records
+(3 -> 2). ``fewer`` (1 process): the several loaders' checkpoints resumed (2 -> 1), and the shard
+checkpoint with the loader built before the restore (2 -> 1). Each fit records
 what every process trained on.
 """
 
@@ -255,6 +256,27 @@ def back(out: Path) -> None:
 
 def fewer(out: Path) -> None:
     pair_resume(out, 1, early=(False, True))
+    early_resume(out)
+
+
+class _Early(Recorder):
+    """``Recorder`` whose ``configure_optimizers`` reads ``trainer.estimated_stepping_batches``, as sizing a
+    ``OneCycleLR`` does: Lightning builds the training loader before it restores the fit loop."""
+
+    def configure_optimizers(self) -> Any:
+        assert self.trainer.estimated_stepping_batches > 0
+        return super().configure_optimizers()
+
+
+def early_resume(out: Path) -> None:
+    """The 2-process shard checkpoint resumed on 1 process with the loader built after the restore and
+    before it, each under another global seed: only the checkpoint may carry the next epoch's order."""
+    (checkpoint,) = (out / "shard" / "checkpoints2").glob("*.ckpt")
+    for name, seed, module in (("late", 1, Recorder), ("early", 2, _Early)):
+        run = _dir(out, f"shard/resume2to1_{name}")
+        pl.seed_everything(seed)
+        fit = trainer(run, "shard", 1, max_epochs=2)
+        fit.fit(module(str(run), scheduler="lambda"), _data("shard"), ckpt_path=str(checkpoint))
 
 
 PHASES = {function.__name__: function for function in (one, two, three, back, fewer)}
