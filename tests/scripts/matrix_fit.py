@@ -409,6 +409,12 @@ def _validates(cell: Cell) -> bool:
     return cell.feature == "val_float" or cell.interrupt == "validation"
 
 
+def _seed(phase: str, checkpoint: Path | None) -> int:
+    """The global seed of a fit: another one for a restart from a checkpoint, so that only the checkpoint
+    may carry the order; a restart with none (killed before the first) is the user's script run again."""
+    return 1 if phase == "restart" and checkpoint is not None else 0
+
+
 def trainer_phase(cell: Cell, phase: str, run: Path, checkpoint: Path | None = None) -> None:
     """One fit of ``cell``: ``full``, ``kill`` (checkpointed every step) or ``restart`` (from ``checkpoint``)."""
     devices = cell.restart_devices if phase == "restart" else cell.devices
@@ -421,9 +427,7 @@ def trainer_phase(cell: Cell, phase: str, run: Path, checkpoint: Path | None = N
         settings["enable_checkpointing"] = True
     if not _validates(cell):
         settings["limit_val_batches"] = 0
-    pl.seed_everything(
-        0 if phase != "restart" else 1
-    )  # NOTE: on restart, only the checkpoint may carry the order
+    pl.seed_everything(_seed(phase, checkpoint))
     fit = app_trainer(run, _strategy(cell, devices), devices, callbacks=callbacks, **settings)
     val = (
         DataLoader(IdMap(VAL_LENGTH), BATCH * 2 if cell.mode == "split" else BATCH)
@@ -463,7 +467,7 @@ def fabric_phase(fabric: L.Fabric, cell: Cell, phase: str, run: Path, checkpoint
 
 
 def _fabric_loop(fabric: L.Fabric, cell: Cell, phase: str, run: Path, checkpoint: Path | None) -> None:
-    L.seed_everything(0 if phase != "restart" else 1)
+    L.seed_everything(_seed(phase, checkpoint))
     layer = nn.Linear(4, 1)
     model, optimizer = fabric.setup(layer, torch.optim.SGD(layer.parameters(), lr=0.05, momentum=0.9))
     workers = cell.restart_num_workers if phase == "restart" else cell.workers
