@@ -14,6 +14,7 @@ Lightning), so each rank starts in milliseconds instead of re-importing them (ab
 from __future__ import annotations
 
 import os
+import pickle
 import queue
 import tempfile
 import traceback
@@ -50,7 +51,9 @@ def _worker(
             torch.cuda.set_device(rank)  # NOTE: NCCL binds each rank to its own GPU (`tests/cuda/` only).
         dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world_size)
         try:
-            out.put((rank, True, fn(rank, world_size, *args)))
+            # NOTE: pickled here, by value: a tensor put as it is travels as a file descriptor that the
+            # parent fetches from this process, which may have exited by then ("connection reset").
+            out.put((rank, True, pickle.dumps(fn(rank, world_size, *args))))
         finally:
             dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - reported to the parent with its traceback
@@ -93,7 +96,7 @@ def run_distributed(
                 if ok is None:
                     reported.append(f"{rank}:{value}")
                 elif ok:
-                    results[rank] = value
+                    results[rank] = pickle.loads(value)
                 else:
                     failures.append(f"rank {rank}:\n{value}")
                     break
