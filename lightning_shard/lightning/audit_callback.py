@@ -131,7 +131,8 @@ class ShardAuditCallback(Callback):
     def watch(self, loader: ShardLoader, *, records: bool = True) -> None:
         """Record what ``loader``'s training steps consume; call it before the loader's first ``iter()``.
 
-        ``records=False``: another process records these batches (a tensor-parallel peer under a mesh).
+        ``records=False``: another process records these batches (a tensor-parallel peer under a mesh); this
+        one still takes part in each epoch's merge.
         """
         self._records = records
         if loader.cursor is None:
