@@ -58,4 +58,4 @@ __all__ = [
     "prepare_data_loader",
     "skip_first_batches",
 ]
-__version__ = "0.4.0"
+__version__ = "0.5.0"

@@ -216,7 +216,18 @@ def _stream_shard_parts(
             library=kind.library,
             workers_shard=kind.workers_shard,
         )
-    return dataset, generator, {"batch_size": batch_size, "drop_last": dataloader.drop_last}
+    kwargs: dict[str, Any] = {"batch_size": batch_size, "drop_last": dataloader.drop_last}
+    if kind.fingerprinted:
+        kwargs["data_seed"] = _draw_seed(options, topology)
+    return dataset, generator, kwargs
+
+
+def _draw_seed(options: ShardOptions, topology: Topology) -> int | None:
+    """The seed of a strided stream's draws (``data_seed``, else process 0's default seed): the same on every
+    process, so that a stream drawing from torch's generator yields the same elements everywhere."""
+    if options.data_seed is not None or not is_distributed() or not topology.covers_world():
+        return options.data_seed
+    return int(broadcast_object(torch.initial_seed()))
 
 
 def _build_dispatcher(

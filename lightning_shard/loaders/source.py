@@ -134,8 +134,11 @@ def moving(loader: Any) -> Callable[[Any], Any] | None:
 
 
 def rows_of(loader: Any) -> Callable[[Any], int]:
-    """How many samples a batch of ``loader`` holds (one a step with ``batch_size=None``)."""
-    return batch_length if loader.batch_size is not None else _one
+    """How many samples a batch of ``loader`` holds (one a step with ``batch_size=None``, unless the dataset
+    yields batches itself)."""
+    library = loader.kind.library
+    batched = library is not None and library.yields_batches
+    return batch_length if loader.batch_size is not None or batched else _one
 
 
 def _one(batch: Any) -> int:

@@ -132,6 +132,8 @@ def check_resumable(state: Any, here: ShardingInfo, library: SelfSplit | None = 
     if mid_epoch and there.shares and resharded and not handed:
         raise ValueError(_other_shares(there.num_processes, here.num_processes, library))
     if mid_epoch and shares and there.sampler != here.sampler:
+        if library is not None and not there.shares:
+            raise ValueError(_NOW_RECOGNISED.format(saved=there.sampler, reason=library.reason))
         raise ValueError(_OTHER_STREAM_SHARDING.format(saved=there.sampler, here=here.sampler))
     if resharded and there.streamed and not there.shares and at.base and at.workers:
         raise ValueError(_SECOND_REPLAY.format(epoch=at.epoch, workers=at.workers, n=there.num_processes))
@@ -179,6 +181,14 @@ _OTHER_STREAM_SHARDING = (
     "`state_dict` was saved mid-epoch from a stream sharded as {saved!r}, but this loader shards it "
     "as {here!r} (`iterable_sharding` or the dataset changed). Build the loader as it was, or load a "
     "state saved between epochs."
+)
+
+_NOW_RECOGNISED = (
+    "`state_dict` was saved mid-epoch from a stream read as {saved!r} (every process read the whole stream and "
+    "kept its slice), by a release that did not recognise that this dataset splits itself by rank; this "
+    "release does ({reason}) and reads each process's own part, so the position has no counterpart: the "
+    "release changed how this dataset is read, not your loader. Resume from a checkpoint saved between "
+    "epochs (it loads), or finish this epoch with the release that saved it."
 )
 
 # NOTE: the first change of process count replays the epoch's order as its workers read it

@@ -1,10 +1,11 @@
 """How a stream's processes learn that their shares ended (``Agreement``, ``Share``), and whether a strided
-stream's read the same first elements (docs/DESIGN.md, "Streaming data", "Streams that split themselves")."""
+stream's read the same stream (``SameStreamCheck``; docs/DESIGN.md, "Streaming data", "Streams that split
+themselves")."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -12,8 +13,7 @@ import torch.distributed as dist
 
 from lightning_shard.comm.collectives import all_gather_objects, communication_device
 from lightning_shard.comm.tree import map_leaves
-from lightning_shard.sampling.iterable_shard import IterableDatasetShard
-from lightning_shard.sampling.stream_fingerprint import Fingerprint, Fingerprinted
+from lightning_shard.sampling.stream_fingerprint import DIGEST_BITS, Fingerprint, Fingerprinted
 
 END = object()
 """What ``Share.fetch`` returns once the real pass is over."""
@@ -34,67 +34,75 @@ def all_ended(count: int, ended_here: bool, step: int) -> bool:
     return count > 0
 
 
-_UNKNOWN = (-1, -(2**62) - 1)
-"""What a process that read no element sends: below every digest, so the others decide."""
+class SameStreamCheck:
+    """Whether a strided stream's processes read the same stream: each fetched batch is unwrapped of the
+    ``Fingerprinted`` mark a compared global batch carries, its digest rides on that fetch's agreement, and
+    every process raises if the digests of a step differ (docs/DESIGN.md, "Streams that split themselves").
+    Without ``in_order`` (batches may arrive in another order on each process) the digests are summed and
+    compared once, at the fetch where every process's stream ended."""
 
+    def __init__(
+        self, dataset: Any, num_processes: int, process_index: int, *, pin: bool, in_order: bool
+    ) -> None:
+        self.name = type(dataset).__name__
+        self.num_processes = num_processes
+        self.process_index = process_index
+        self.pin = pin and torch.cuda.is_available()
+        self.in_order = in_order
+        self.seen: Fingerprint | None = None
+        """The last fingerprint this process compared (shown in a refusal)."""
+        self._summed = 0
 
-def check_same_stream(seen: Fingerprint | None, dataset: Any, num_processes: int, process_index: int) -> None:
-    """Raise on every process unless every process that read elements read the same first global batch (one
-    all-reduce, a maximum, of the largest digest, the negated smallest, and whether any was of whole contents)."""
-    sent = _UNKNOWN if seen is None else (seen.digest, -seen.digest)
-    values = torch.tensor([*sent, int(seen is not None and seen.by_content)], device=communication_device())
-    dist.all_reduce(values, op=dist.ReduceOp.MAX)
-    largest, smallest, by_content = int(values[0]), -int(values[1]), bool(values[2])
-    if largest < 0 or largest == smallest:
-        return
-    name = type(dataset).__name__
-    shown = "nothing" if seen is None else ", ".join(seen.shown)
-    message = (
-        f"lightning_shard: the processes read different first elements from the iterable dataset `{name}`, so it "
-        f"does not yield the same stream on every process, which striding needs: each process would keep "
-        f"1/{num_processes} of what it reads, and the rest would never be seen. This process ({process_index} of "
-        f"{num_processes}) read first: {shown}. If `{name}` splits itself by rank (a "
-        "`torch.distributed.get_rank()` in its `__iter__`, webdataset's `split_by_node`, ...), declare "
-        f"`splits_by_rank = True` on it: each process then reads its own share as it is. Otherwise make it "
-        "yield the same elements on every process."
-    )
-    if by_content:
-        message += (
-            " Nothing in its elements names them (no `__key__` or `id` key, no integer or string field), so "
-            "their whole contents were compared: if every process does read the same stream and its elements "
-            f"are random (augmentation drawn in `__iter__`), declare `splits_by_rank = False` on `{name}` to "
-            "skip this check."
-        )
-    raise RuntimeError(message)
-
-
-def checked_first(
-    batches: Iterator[Any],
-    shard: IterableDatasetShard,
-    *,
-    compare: bool,
-    pin: bool,
-    in_order: bool,
-) -> Generator[Any, None, None]:
-    """``batches`` of ``shard`` once every process read the same first elements (checked at the first fetch when
-    ``compare``), each ``Fingerprinted`` wrapper taken off: the first batch's only, unless not ``in_order``."""
-    first = next(batches, END)
-    seen = None
-    if type(first) is Fingerprinted:
-        seen, first = first.fingerprint, first.value
-        if pin and torch.cuda.is_available():
-            first = map_leaves(
-                lambda leaf: leaf.pin_memory() if isinstance(leaf, torch.Tensor) else leaf, first
+    def unwrap(self, batch: Any) -> tuple[Any, int]:
+        """``batch`` without its mark, and the digest to compare at this fetch (0: none)."""
+        if type(batch) is not Fingerprinted:
+            return batch, 0 if self.in_order or batch is not END else self._summed + 1
+        self.seen, value = batch.fingerprint, batch.value
+        if self.pin:
+            value = map_leaves(
+                lambda leaf: leaf.pin_memory() if isinstance(leaf, torch.Tensor) else leaf, value
             )
-    if compare:
-        check_same_stream(seen, shard.dataset, shard.num_processes, shard.process_index)
-    if first is END:
-        return
-    yield first
-    if in_order:
-        yield from batches
-    else:
-        yield from (batch.value if type(batch) is Fingerprinted else batch for batch in batches)
+        if self.in_order:
+            return value, batch.fingerprint.digest
+        self._summed = (self._summed + batch.fingerprint.digest) % (1 << DIGEST_BITS)
+        return value, 0
+
+    def verify(self, sums: tuple[int, ...], step: int) -> None:
+        """Raise on every process if the digests of the fetch for ``step`` (``sums``: ended, empty, the digests'
+        sum and their squares' over the group) differ; one ended share leaves the step unjudged in order (its
+        slice of a last, short global batch may be empty), every share not ended out of order."""
+        ended, _, total, squares = sums
+        world = dist.get_world_size()
+        if ended != (0 if self.in_order else world) or world * squares == total * total:
+            return
+        raise RuntimeError(self._message(step))
+
+    def _message(self, step: int) -> str:
+        name, n = self.name, self.num_processes
+        where = "first global batch" if step == 0 else f"global batch {step} (counted from 0)"
+        if not self.in_order:
+            where = (
+                "epoch (compared at its end: the loader's `in_order=False` lets batches arrive in any order)"
+            )
+        shown = "nothing" if self.seen is None else ", ".join(self.seen.shown)
+        compared = (
+            "their whole contents" if self.seen is None or self.seen.by_content else "their identifying keys"
+        )
+        return (
+            f"lightning_shard: the processes read different elements from the iterable dataset `{name}` in {where}, "
+            f"so it does not yield the same stream on every process, which striding needs: each process keeps 1/{n} of "
+            f"what it reads, and the rest would never be trained. This process ({self.process_index} of {n}) read: "
+            f"{shown} ({compared} compared). Two ways out, depending on what `{name}` does:\n"
+            f"- it splits itself by rank (a `torch.distributed.get_rank()` in its `__iter__`, a node splitter): declare "
+            f"`splits_by_rank = True` on it, and each process reads its own part as it is (declared on a stream that "
+            f"is the same on every process, every sample would be trained {n} times);\n"
+            "- every process reads the same stream, but its elements differ by random draws the package cannot make "
+            "the same on every process (a generator of its own, Python's `random` or NumPy's in the main process; "
+            "torch's global generator is made the same, and so are DataLoader workers' seeds): give each element an "
+            f"identifying key (`id`, `__key__`), which is then compared instead, or declare `splits_by_rank = False` "
+            f"on `{name}` to skip this check (declared on a stream that does split itself, "
+            f"{n - 1} of every {n} samples would never be trained)."
+        )
 
 
 class Share:
@@ -155,15 +163,21 @@ class Share:
 
 class Agreement:
     """One asynchronous all-reduce (a sum over the group) of two integers per fetch, settled before that batch
-    is yielded: how many ranks' shares have ended, and how many of those were empty."""
+    is yielded: how many ranks' shares have ended, and how many of those were empty; with ``digests``, two more:
+    the fetched batch's digest and its square (``SameStreamCheck``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, digests: bool = False) -> None:
         self._pending: tuple[torch.Tensor, Any] | None = None
+        self._early: tuple[int, ...] | None = None
+        self.digests = digests
         self.sent = 0
         """Bytes this process all-reduced in its checks so far."""
 
-    def start(self, ended: bool, empty: bool) -> None:
-        flags = torch.tensor([int(ended), int(empty)], dtype=torch.int64, device=communication_device())
+    def start(self, ended: bool, empty: bool, digest: int = 0) -> None:
+        values = (
+            [int(ended), int(empty), digest, digest * digest] if self.digests else [int(ended), int(empty)]
+        )
+        flags = torch.tensor(values, dtype=torch.int64, device=communication_device())
         self.sent += flags.numel() * flags.element_size()
         self._pending = (flags, dist.all_reduce(flags, async_op=True))
 
@@ -173,11 +187,19 @@ class Agreement:
             self._pending[1].wait()
             self._pending = None
 
-    def settle(self) -> tuple[int, int]:
-        """The sums over the group's ranks: ended shares, empty ones."""
+    def settle(self) -> tuple[int, ...]:
+        """The sums over the group's ranks: ended shares, empty ones (and the digests', with ``digests``)."""
+        if self._early is not None:
+            sums, self._early = self._early, None
+            return sums
         assert self._pending is not None  # NOTE: each settle follows its start in `StreamRun.batches`.
         flags, work = self._pending
         self._pending = None
         work.wait()
-        ended, empty = flags.tolist()
-        return int(ended), int(empty)
+        return tuple(int(value) for value in flags.tolist())
+
+    def settle_early(self) -> tuple[int, ...]:
+        """``settle`` now, the next ``settle`` returning the same sums (the first two batches are compared
+        before the first is yielded)."""
+        self._early = self.settle()
+        return self._early

@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from lightning_shard.comm.collectives import all_gather_objects, communication_device, is_distributed
 from lightning_shard.loaders.position import Position
-from lightning_shard.loaders.stream_agreement import END, Agreement, Share, all_ended
+from lightning_shard.loaders.stream_agreement import END, Agreement, SameStreamCheck, Share, all_ended
 from lightning_shard.log import warn
 
 StreamEnds: TypeAlias = Literal["pad", "shortest", "own", "same"]
@@ -139,11 +139,13 @@ class StreamRun:
         rows: Callable[[Any], int],
         start: Position,
         move: Callable[[Any], Any] | None,
+        check: SameStreamCheck | None = None,
     ) -> Generator[tuple[Any, bool], None, None]:
         """This process's batches of the epoch ``start`` begins (``restart``: a pass from its start) with
         whether each is known to be the last, ending on every process at the same step but under ``"own"``;
         ``move`` is applied before the next fetch. A share of its own resumed mid-epoch drops what it had
-        consumed, continuing in its padding where it had ended (``Share``)."""
+        consumed, continuing in its padding where it had ended (``Share``). ``check``: a strided stream's
+        digests ride on the agreement, the first two batches' compared before the first is yielded."""
         skip = start.start if self.resumable else 0
         recorded = None if start.ended_at is None or not skip else start.ended_at[self.process_index]
         share = Share(first, restart, skip, None if recorded is None else recorded - start.base_steps)
@@ -151,17 +153,20 @@ class StreamRun:
         self._paddings.clear()
         self.exchanged = 0
         same = self.stream_ends == SAME
-        agreement = Agreement() if self._agrees() else None
+        agreement = Agreement(digests=check is not None) if self._agrees() else None
         base = start.base_steps
         counts = [0, 0]  # real and padding samples this process yielded in this run
         step = steps
-        current = share.fetch()
+        current, digest = _unwrapped(share.fetch(), check)
         if agreement is not None:
-            self._check(agreement, share, base)
+            self._check(agreement, share, base, digest)
         while True:
             if agreement is not None:
                 # NOTE: the check of this batch started when it was fetched, one step ago.
-                if self._stops(agreement.settle(), step, current is END, _end(share, base) == 0):
+                sums = agreement.settle()
+                if check is not None:
+                    check.verify(sums, step)
+                if self._stops(sums, step, current is END, _end(share, base) == 0):
                     break
                 if current is END:
                     current = share.padding()
@@ -173,9 +178,11 @@ class StreamRun:
                 counts[share.exhausted] += samples
             if move is not None:
                 current = move(current)
-            following = share.fetch()
+            following, digest = _unwrapped(share.fetch(), check)
             if agreement is not None:
-                self._check(agreement, share, base)
+                self._check(agreement, share, base, digest)
+                if check is not None and step == steps:
+                    check.verify(agreement.settle_early(), step + 1)
             step += 1
             try:
                 # NOTE: under "same" a stream that ended here ended on every process (else the next check
@@ -195,16 +202,17 @@ class StreamRun:
             left = self._left(share, current, rows) if agreed and self.stream_ends == SHORTEST else None
             self.report = self._report(agreed, counts, _end(share, base), left, epoch, step - steps)
 
-    def _check(self, agreement: Agreement, share: Share, base_steps: int) -> None:
-        """Start the check of the batch just fetched: whether this share ended, and whether it is empty."""
-        agreement.start(share.exhausted, _end(share, base_steps) == 0)
+    def _check(self, agreement: Agreement, share: Share, base_steps: int, digest: int) -> None:
+        """Start the check of the batch just fetched: whether this share ended, whether it is empty, and the
+        batch's digest (``SameStreamCheck``)."""
+        agreement.start(share.exhausted, _end(share, base_steps) == 0, digest)
         self.exchanged = agreement.sent
 
     def _agrees(self) -> bool:
         """Whether every rank of the group iterates this stream (all of them, or a whole mesh's ranks)."""
         return self.stream_ends != OWN and self.num_processes > 1 and is_distributed() and self.spans_group
 
-    def _stops(self, sums: tuple[int, int], step: int, ended_here: bool, empty_here: bool) -> bool:
+    def _stops(self, sums: tuple[int, ...], step: int, ended_here: bool, empty_here: bool) -> bool:
         """Whether the epoch ends here, from the sums of a check (the same on every process); raises
         everywhere on an uneven end it cannot take (``empty_here``: this process's share is empty)."""
         if self.stream_ends == SAME:
@@ -212,7 +220,7 @@ class StreamRun:
         # NOTE: under a mesh every rank of a data-parallel index reads the same share and sends the same
         # flags, so each share is counted once per rank of its index.
         peers = dist.get_world_size() // self.num_processes
-        ended, empty = (total // peers for total in sums)
+        ended, empty = (total // peers for total in sums[:2])
         if not ended:
             return False
         if self.stream_ends == SHORTEST or ended == self.num_processes:
@@ -264,6 +272,11 @@ class StreamRun:
         """Samples this process leaves behind by stopping at the shortest stream (read to be counted)."""
         left = 0 if current is END or share.exhausted else rows(current)
         return left + sum(rows(batch) for batch in share.rest())
+
+
+def _unwrapped(batch: Any, check: SameStreamCheck | None) -> tuple[Any, int]:
+    """A fetched ``batch`` without the mark of a compared global batch, and the digest it carried (0: none)."""
+    return (batch, 0) if check is None else check.unwrap(batch)
 
 
 def _end(share: Share, base_steps: int) -> int | None:

@@ -6,14 +6,15 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
+from lightning_shard.loaders.main_draws import epoch_seed, fetch_seed, isolated_fetches
 from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.source import Batches, StreamSource, moving, rows_of
-from lightning_shard.loaders.stream_agreement import checked_first
+from lightning_shard.loaders.stream_agreement import SameStreamCheck
 from lightning_shard.loaders.stream_replay import replayed_batches
 from lightning_shard.loaders.streams import SHORTEST, describe
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
@@ -46,16 +47,34 @@ class StridedSource(StreamSource):
             # NOTE: each worker iterates its own copy of the stream, so with workers the batches to skip are
             # dropped after the DataLoader interleaves them: exact, at the cost of collating them.
             discard = start.start if workers > 0 else 0
-            loaded = self._read(start, start.start - discard)
+            loaded = self._draws_alike(
+                functools.partial(self._read, start, start.start - discard), start, workers
+            )
+        check = None
         if shard.fingerprinted:
-            loaded = checked_first(
-                loaded, shard, compare=self.stream.spans_group, pin=loader.pin_memory,
-                in_order=getattr(loader, "in_order", True),
-            )  # fmt: skip
+            in_order = getattr(loader, "in_order", True) or workers == 0
+            check = SameStreamCheck(
+                shard.dataset,
+                shard.num_processes,
+                shard.process_index,
+                pin=loader.pin_memory,
+                in_order=in_order,
+            )
         rows = rows_of(loader)
         batches = itertools.islice(loaded, discard, None) if discard else loaded
         restart = functools.partial(loader.user_batches, start.workers)
-        return self.stream.batches(batches, restart, rows, start, moving(loader))
+        return self.stream.batches(batches, restart, rows, start, moving(loader), check)
+
+    def _draws_alike(self, make: Callable[[], Iterator[Any]], start: Position, workers: int) -> Iterator[Any]:
+        """``make()``, drawing alike on every process where they compare what they read: the iterator made and
+        (without workers) each fetch with torch's generator seeded from ``(seed, epoch, step)``, so the workers'
+        seeds and the main process's draws are the same everywhere (``loaders/main_draws.py``)."""
+        if not self.shard.fingerprinted:
+            return make()
+        seed, epoch = epoch_seed(start.generator_state, self.loader.draw_seed), start.epoch or 0
+        return isolated_fetches(
+            make, lambda step: fetch_seed(seed, epoch, 0, step), start.start, workers == 0
+        )
 
     def _read(self, start: Position, skip_steps: int) -> Iterator[Any]:
         """The user's batches from ``start``, the shard skipping ``skip_steps`` global batches after the elements

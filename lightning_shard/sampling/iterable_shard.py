@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
 from lightning_shard._checks import (
     check_non_negative,
@@ -15,7 +15,7 @@ from lightning_shard._checks import (
     check_process_index,
     check_split_batch_size,
 )
-from lightning_shard.sampling.stream_fingerprint import Fingerprinted, fingerprint
+from lightning_shard.sampling.stream_fingerprint import Fingerprinted, checked_step, fingerprint
 
 
 class IterableDatasetShard(IterableDataset):
@@ -36,9 +36,9 @@ class IterableDatasetShard(IterableDataset):
         even_batches: pad the last global batch (the reference always does); ``False`` yields its
             remainder unpadded, as a plain ``DataLoader`` does (``prepare_data_loader`` uses that
             for a single process only, where the reference does not shard at all).
-        fingerprinted: mark the first element each epoch yields (in the main process or the first
-            ``DataLoader`` worker) with the ``Fingerprint`` of the first global batch read, which the
-            loader compares across processes (``sampling/stream_fingerprint.py``).
+        fingerprinted: mark the first element this process yields of each compared global batch
+            (``checked_step``, counted in each ``DataLoader`` worker or the main process) with the batch's
+            ``Fingerprint``, which the loader compares across processes (``sampling/stream_fingerprint.py``).
 
     Raises:
         TypeError / ValueError: on a bad ``num_processes``, ``process_index`` or ``batch_size``, or
@@ -125,8 +125,7 @@ class IterableDatasetShard(IterableDataset):
         self.seed_dataset_generator()
         skip_steps, skip_elements = self._skip_steps, self._skip_elements
         self._skip_steps = self._skip_elements = 0
-        info = get_worker_info()
-        mark = self.fingerprinted and (info is None or info.id == 0)
+        mark = self.fingerprinted
         width, size = self.process_batch_size, self.global_batch_size
         lo, hi = self.process_index * width, (self.process_index + 1) * width
         stream = iter(self.dataset)
@@ -138,8 +137,9 @@ class IterableDatasetShard(IterableDataset):
             if len(current) == size:
                 first = first if first is not None else current
                 if step >= skip_steps:
-                    yield from _marked(current[lo:hi], first) if mark else current[lo:hi]
-                    mark = False
+                    yield from (
+                        _marked(current[lo:hi], current) if mark and checked_step(step) else current[lo:hi]
+                    )
                 step += 1
                 current = []
         if self.drop_last or not current or step < skip_steps:
@@ -148,12 +148,12 @@ class IterableDatasetShard(IterableDataset):
         if self.even_batches:
             while len(current) < size:
                 current += head
-        yield from _marked(current[lo:hi], head) if mark else current[lo:hi]
+        yield from _marked(current[lo:hi], current) if mark and checked_step(step) else current[lo:hi]
 
 
-def _marked(part: list[Any], head: list[Any]) -> list[Any]:
-    """``part`` with its first element ``Fingerprinted`` by ``head``, the first global batch read."""
-    return [Fingerprinted(part[0], fingerprint(head)), *part[1:]] if part else part
+def _marked(part: list[Any], read: list[Any]) -> list[Any]:
+    """``part`` with its first element ``Fingerprinted`` by ``read``, the global batch it is a slice of."""
+    return [Fingerprinted(part[0], fingerprint(read)), *part[1:]] if part else part
 
 
 def _read_head(stream: Iterator[Any], count: int, size: int) -> list[Any] | None:

@@ -16,6 +16,9 @@ class SelfSplit:
 
     dispatchable = False
     """Whether process 0 can be made to read all of it (``split(1, 0, ...)``), so that it can be dispatched."""
+    yields_batches = False
+    """Whether each element the dataset yields is already a batch (batched inside a pipeline), so that with
+    ``DataLoader(batch_size=None)`` a step's samples are the element's rows, not one."""
     resumes_itself = False
     """Whether a position within an epoch is handed to the library (``save`` / ``restore``), which continues
     it on any number of processes; otherwise the loader reads again and drops what each process consumed."""

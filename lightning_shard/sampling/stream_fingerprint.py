@@ -1,8 +1,8 @@
-"""What a strided stream's processes compare at each epoch's first fetch: a fingerprint of the first global
-batch each of them read, so that a stream that splits itself by rank unrecognised (each process would keep
-``1/N`` of its own ``1/N``) is refused (docs/DESIGN.md, "Streams that split themselves"). A fingerprint
-covers what identifies an element where it can (identifying keys, else discrete values, else the whole
-content), so that random elements (augmentation drawn in ``__iter__``) do not make processes differ.
+"""What a strided stream's processes compare at growing intervals: a digest of a global batch each of them
+read, so that a stream that splits itself by rank unrecognised (each process would keep ``1/N`` of its own
+``1/N``) is refused (docs/DESIGN.md, "Streams that split themselves"). A digest covers the values of an
+element's identifying keys where it has any (``__key__``, ``id``, ...), else its whole contents: a shared
+label or tag never stands for the element.
 """
 
 from __future__ import annotations
@@ -19,15 +19,26 @@ import torch
 IDENTIFYING_KEYS = ("__key__", "id", "idx", "index", "key", "uid", "sample_id")
 """Keys of a mapping element that name the sample (webdataset's ``__key__``, a dataset's ``id`` column)."""
 
+DIGEST_BITS = 20
+"""Bits of a digest: the agreement sums each digest and its square over the group in 64-bit integers, which
+holds for up to ``2 ** (63 - 2 * DIGEST_BITS)`` processes."""
+
 _SHOWN = 4
-"""Elements of the first global batch named in a refusal."""
+"""Elements of a global batch named in a refusal."""
+
+
+def checked_step(step: int) -> bool:
+    """Whether the global batch ``step`` of a worker's (or the main process's) epoch is compared: the first
+    two, then at doubling intervals (``0, 1, 3, 7, 15, ...``), so a stream that splits itself after its
+    first global batch is still found, at a cost that grows with the log of the epoch's length."""
+    return (step + 1) & step == 0 or step == 1
 
 
 @dataclass(frozen=True)
 class Fingerprint:
-    """A digest of the first elements a process read (62 bits of a BLAKE2 hash of their identities, or of
-    their whole contents ``by_content`` when nothing identified them), and the first few identities ``shown``.
-    """
+    """A digest of a global batch (``DIGEST_BITS`` of a BLAKE2 hash of its elements' identities, or of their
+    whole contents ``by_content`` when no identifying key names them, never 0), and its first few elements
+    as ``shown`` in a refusal."""
 
     digest: int
     by_content: bool
@@ -35,46 +46,25 @@ class Fingerprint:
 
 
 def fingerprint(elements: Iterable[Any]) -> Fingerprint:
-    """The ``Fingerprint`` of ``elements`` (a stream's first global batch)."""
+    """The ``Fingerprint`` of ``elements`` (a global batch)."""
     elements = list(elements)
-    identities = [_identity(element) for element in elements]
-    by_content = all(identity is None for identity in identities)
-    if by_content:
-        identities = [_content(element) for element in elements]
+    keys = [_keys(element) for element in elements]
+    by_content = any(key is None for key in keys)
     digest = hashlib.blake2b(digest_size=8)
-    for identity in identities:
-        digest.update(repr(identity).encode() if not isinstance(identity, bytes) else identity)
+    for element, key in zip(elements, keys, strict=True):
+        digest.update(_content(element if by_content else key))
         digest.update(b"\x00")
-    shown = tuple(_short(identity) for identity in identities[:_SHOWN])
-    return Fingerprint(int.from_bytes(digest.digest(), "little") >> 2, by_content, shown)
+    shown = tuple(_short(element if by_content else key) for element, key in zip(elements, keys, strict=True))
+    value = int.from_bytes(digest.digest(), "little") % ((1 << DIGEST_BITS) - 1) + 1
+    return Fingerprint(value, by_content, shown[:_SHOWN])
 
 
-def _identity(element: Any) -> Any:
-    """What names ``element``: its identifying keys' values, else its discrete values; ``None`` if nothing."""
-    if isinstance(element, Mapping):
-        named = [key for key in IDENTIFYING_KEYS if key in element]
-        if named:
-            return tuple((key, _discrete(element[key]) or _content(element[key])) for key in named)
-        parts = [_identity(element[key]) for key in sorted(element, key=str)]
-    elif isinstance(element, (list, tuple)):
-        parts = [_identity(item) for item in element]
-    else:
-        return _discrete(element)
-    kept = tuple(part for part in parts if part is not None)
-    return kept or None
-
-
-def _discrete(value: Any) -> Any:
-    """``value`` as a comparable token if it is discrete (a label, a name, token ids), else ``None``."""
-    if isinstance(value, (bool, int, str, bytes)):
-        return value
-    if isinstance(value, torch.Tensor):
-        discrete = not (value.is_floating_point() or value.is_complex())
-        return _tensor_bytes(value) if discrete and value.dim() <= 1 else None
-    if isinstance(value, np.ndarray | np.generic):
-        discrete = value.dtype.kind in "biuSU"
-        return value.tobytes() + str(value.dtype).encode() if discrete and value.ndim <= 1 else None
-    return None
+def _keys(element: Any) -> dict[str, Any] | None:
+    """The identifying keys of a mapping ``element`` and their values (``None``: nothing names it)."""
+    if not isinstance(element, Mapping):
+        return None
+    named = {key: element[key] for key in IDENTIFYING_KEYS if key in element}
+    return named or None
 
 
 def _content(value: Any) -> bytes:
@@ -99,13 +89,18 @@ def _tensor_bytes(tensor: torch.Tensor) -> bytes:
     return raw.numpy().tobytes() + str(tuple(tensor.shape)).encode() + str(tensor.dtype).encode()
 
 
-def _short(identity: Any) -> str:
-    text = repr(identity) if not isinstance(identity, bytes) else f"<{len(identity)} bytes>"
-    return text if len(text) <= 40 else text[:37] + "..."
+def _short(value: Any) -> str:
+    """``value`` as a refusal shows it: the identifying keys as written, contents abbreviated."""
+    if isinstance(value, torch.Tensor) and value.numel() > 4:
+        text = f"tensor({value.flatten()[:4].tolist()}...)"
+    else:
+        text = repr(value)
+    text = " ".join(text.split())
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class Fingerprinted:
-    """The first element a shard yields in an epoch, carrying the fingerprint of its first global batch: it
+    """The first element a shard yields of a compared global batch, carrying that batch's fingerprint: it
     travels as an element, ``CollateFingerprinted`` carries it on the batch, and the loader unwraps it (and
     pins, with ``pin_memory=True``: the ``DataLoader``'s pinning leaves an object it does not know as it is).
     """

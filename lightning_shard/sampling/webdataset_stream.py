@@ -23,7 +23,7 @@ class WebDatasetSplit(SelfSplit):
 
     def other_count(self, saved: int, now: int) -> str:
         return (
-            f"webdataset's `split_by_node` gives each process every {saved}th shard, so a position read on {saved} "
+            f"webdataset's `split_by_node` gives each of {saved} processes one shard in {saved}, so a position read on {saved} "
             f"processes has no counterpart on {now}"
         )
 
@@ -37,9 +37,16 @@ def recognise(dataset: Any) -> WebDatasetSplit | None:
         return None
     resampled = any(_is_stage(stage, "shardlists", "ResampledShards") for stage in stages)
     over = " over resampled shards" if resampled else ""
-    return WebDatasetSplit(
+    split = WebDatasetSplit(
         dataset, f"is a webdataset `{type(dataset).__name__}` split by `split_by_node`{over}"
     )
+    split.yields_batches = any(_batches(stage) for stage in stages)
+    return split
+
+
+def _batches(stage: Any) -> bool:
+    """Whether ``stage`` is webdataset's ``batched`` filter (``.batched(n)`` on a pipeline)."""
+    return _is_stage(stage, "filters", "FilterFunction") and getattr(stage.f, "__name__", "") == "_batched"
 
 
 def _stages(dataset: Any) -> list[Any]:

@@ -4,6 +4,8 @@ the sampler's class), and the fix says how to start the epoch afresh under Light
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -93,3 +95,21 @@ def test_starting_afresh_says_how_under_lightning_and_the_way_it_names_works() -
         message = refusal(loader, state)
         assert "start the epoch afresh" in message and WITHOUT_STATE in message
         assert BETWEEN_EPOCHS not in message, "a state saved between epochs is refused as well"
+
+
+def test_a_webdataset_state_of_0_3_strided_says_the_release_changed_how_it_is_read(tmp_path: Any) -> None:
+    """0.3.0 strided a webdataset pipeline split by node; 0.4 reads each process's own part. Its mid-epoch
+    state cannot continue, and the refusal says that the release changed, not the user's loader."""
+    import webdataset as wds
+
+    from tests.helpers.webdataset_shards import sample_id, write_tars
+
+    shards = write_tars(str(tmp_path), [6, 6, 6, 6])
+    pipeline = wds.WebDataset(shards, nodesplitter=wds.split_by_node, shardshuffle=False).map(sample_id)
+    loader = prepare_data_loader(DataLoader(pipeline, batch_size=3), num_processes=2, process_index=0)
+    legacy = (Path(__file__).parents[1] / "data" / "legacy" / "0.3.0" / "stream_strided.json").read_text()
+    state = {**json.loads(legacy)["state"], "dataset_length": None}
+    message = refusal(loader, state)
+    assert "saved mid-epoch from a stream read as 'iterable'" in message, message
+    assert "webdataset" in message and "the release changed how this dataset is read" in message, message
+    assert "Build the loader as it was" not in message, "that cannot be done"

@@ -48,6 +48,11 @@ def test_webdataset_pipelines_split_by_node_are_recognised(tars: list[str]) -> N
     assert self_split(pipelines["unsplit"]) is None, "webdataset's own `single_node_only` refuses it"
     with pytest.raises(ValueError, match=r"`iterable_sharding='stride'` on a dataset that is a webdataset"):
         stream_kind(pipelines["WebDataset"], "stride", 2)
+    split = self_split(pipelines["WebDataset"])
+    assert split.other_count(2, 1).startswith(
+        "webdataset's `split_by_node` gives each of 2 processes one shard in 2"
+    )
+    assert "2th" not in split.other_count(2, 1)
 
 
 def test_webdataset_detshuffle_follows_the_loaders_epoch(tars: list[str]) -> None:

@@ -185,3 +185,92 @@ class DeclaredNoiseStream(NoiseStream):
     """``NoiseStream`` declaring that every process reads the same stream (its elements are random)."""
 
     splits_by_rank = False
+
+
+def _rank_part(items: list[object]) -> list[object]:
+    """Process ``r`` of ``N``'s part of ``items``: ``r, r + N, ...``, as a user's stream splitting itself by
+    ``torch.distributed.get_rank()`` takes it (the whole of it without a process group)."""
+    import torch.distributed as dist
+
+    rank, size = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    return items[rank::size]
+
+
+class LabelledRankSplitStream(IterableDataset):
+    """``(features, label)`` for ids ``0 .. length - 1``, sorted by class (``classes`` labels in runs), split by
+    rank unsaid and among workers: every process's first batch holds the same label. ``features`` is the id as
+    a float, so what was trained names the samples."""
+
+    def __init__(self, length: int, classes: int = 4) -> None:
+        self.length, self.classes = length, classes
+
+    def __iter__(self) -> Iterator[object]:
+        workers, worker = worker_split()
+        items: list[object] = [
+            (torch.tensor([float(i)]), i * self.classes // self.length) for i in range(self.length)
+        ]
+        yield from _rank_part(items)[worker::workers]
+
+
+class TaggedRankSplitStream(IterableDataset):
+    """``{"emb": the id as a float, "lang": "en"}`` for ids ``0 .. length - 1``, split by rank unsaid and among
+    workers: every element carries the same tag."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __iter__(self) -> Iterator[object]:
+        workers, worker = worker_split()
+        items: list[object] = [{"emb": torch.tensor([float(i)]), "lang": "en"} for i in range(self.length)]
+        yield from _rank_part(items)[worker::workers]
+
+
+class LateSplitIdStream(IterableDataset):
+    """The ids ``0 .. head - 1`` on every process, then ``head .. length - 1`` split by rank unsaid (a stream
+    whose split begins after its first global batch); split among workers after that."""
+
+    def __init__(self, length: int, head: int) -> None:
+        self.length, self.head = length, head
+
+    def __iter__(self) -> Iterator[object]:
+        workers, worker = worker_split()
+        items = [*range(self.head), *_rank_part(list(range(self.head, self.length)))]
+        yield from items[worker::workers]
+
+
+class MaskedTokenStream(IterableDataset):
+    """The same stream on every process: ``{"tokens": [i, i + 1, i + 2] with each token masked (-1) at
+    random, "pos": i as a float}``, the masks drawn in ``__iter__`` from torch's global generator (MLM-style
+    masking; nothing names the element). Split among workers."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def masked(self, index: int) -> torch.Tensor:
+        tokens = torch.arange(index, index + 3)
+        return torch.where(torch.rand(3) < 0.5, torch.full_like(tokens, -1), tokens)
+
+    def __iter__(self) -> Iterator[object]:
+        workers, worker = worker_split()
+        for index in range(worker, self.length, workers):
+            yield {"tokens": self.masked(index), "pos": torch.tensor([float(index)])}
+
+
+class OwnRandomMaskedTokenStream(MaskedTokenStream):
+    """``MaskedTokenStream`` drawing its masks from a ``random.Random`` of its own, seeded by the operating
+    system: different in every process, which the package cannot make alike."""
+
+    def __iter__(self) -> Iterator[object]:
+        import random
+
+        draws = random.Random()
+        workers, worker = worker_split()
+        for index in range(worker, self.length, workers):
+            tokens = torch.tensor([-1 if draws.random() < 0.5 else index + k for k in range(3)])
+            yield {"tokens": tokens, "pos": torch.tensor([float(index)])}
+
+
+class DeclaredOwnRandomMaskedTokenStream(OwnRandomMaskedTokenStream):
+    """``OwnRandomMaskedTokenStream`` declaring that every process reads the same stream."""
+
+    splits_by_rank = False

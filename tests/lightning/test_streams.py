@@ -105,3 +105,31 @@ def test_resume_mid_epoch_while_a_share_pads_continues_exactly(
     assert unworked[0] != [ids for epoch, _, ids in full[0] if epoch == 1], "and is read in another order"
     assert "rest of epoch 0 is read with 2 workers" in output
     assert "not resumable" not in output
+
+
+@pytest.fixture(scope="module")
+def unsaid_split(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _scenario(tmp_path_factory, "unsaid_split")[0]
+
+
+def _fit(out: Path, name: str) -> list[dict[str, Any]]:
+    return [json.loads((out / f"{name}_rank{rank}.json").read_text()) for rank in range(2)]
+
+
+@pytest.mark.parametrize("name", ["labelled", "tagged", "late"])
+def test_a_stream_splitting_itself_unsaid_stops_every_process_before_the_first_optimizer_step(
+    unsaid_split: Path, name: str
+) -> None:
+    """0.4.0: 48 of 96 ids never trained, exit 0 (a label or tag shared by the first batches; a split after
+    the first global batch)."""
+    for rank in _fit(unsaid_split, name):
+        assert (
+            rank["error"] is not None and "does not yield the same stream on every process" in rank["error"]
+        )
+        assert rank["global_step"] == 0 and rank["trained"] == [], "stopped before any step"
+
+
+def test_a_same_stream_masked_at_random_trains_every_id_once(unsaid_split: Path) -> None:
+    ranks = _fit(unsaid_split, "masked")
+    assert [rank["error"] for rank in ranks] == [None, None]
+    assert sorted(ranks[0]["trained"] + ranks[1]["trained"]) == list(range(96))

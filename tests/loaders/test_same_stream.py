@@ -1,7 +1,10 @@
-"""A strided stream is checked to be the same on every process at each epoch's first fetch (docs/DESIGN.md,
-"Streams that split themselves"): a stream that splits itself by rank without saying so is refused on every
-process before its first batch, a stream whose elements are random but named (augmentation) is not, and one
-whose elements carry nothing that names them is refused with the opt-out, which then holds."""
+"""A strided stream is checked to be the same on every process, its first two global batches before the
+first is yielded and more at doubling intervals (docs/DESIGN.md, "Streams that split themselves"): a stream
+that splits itself by rank without saying so is refused on every process before its first batch, also when
+its elements share labels or tags, and also when it splits only after its first global batch; a stream whose
+elements are random but named (augmentation) is not, nor one drawing from torch's generator (masking), which
+the package makes draw alike; one drawing from a generator of its own is refused with both ways out, and the
+one that fits holds."""
 
 from __future__ import annotations
 
@@ -16,8 +19,14 @@ from lightning_shard import prepare_data_loader
 from tests.helpers.datasets import (
     AugmentedIdStream,
     DeclaredNoiseStream,
+    DeclaredOwnRandomMaskedTokenStream,
     IdStream,
+    LabelledRankSplitStream,
+    LateSplitIdStream,
+    MaskedTokenStream,
     NoiseStream,
+    OwnRandomMaskedTokenStream,
+    TaggedRankSplitStream,
     UndeclaredRankSplitIdStream,
     WorkerSplitIdStream,
     id_shards,
@@ -49,10 +58,14 @@ def _epochs(dataset: Any, workers: int, epochs: int = 2, **options: Any) -> dict
         return {"error": str(error), "batches": len(seen)}
     # NOTE: plain lists: a tensor returned to the test process shares its memory through the rank, which ends.
     first = seen[0] if isinstance(seen[0], dict) else {"x": seen[0]}
+    ids = [
+        int(i) for batch in seen if isinstance(batch, dict) and "pos" in batch for i in batch["pos"].flatten()
+    ]
     return {
         "error": None,
         "batches": len(seen),
         "first": {key: value.tolist() for key, value in first.items()},
+        "ids": ids,
     }
 
 
@@ -66,6 +79,12 @@ SCENARIOS = {
         "augmented": lambda: AugmentedIdStream(16),
         "noise": lambda: NoiseStream(16),
         "declared_noise": lambda: DeclaredNoiseStream(16),
+        "labelled_split": lambda: LabelledRankSplitStream(16),
+        "tagged_split": lambda: TaggedRankSplitStream(16),
+        "late_split": lambda: LateSplitIdStream(16, head=4),
+        "masked": lambda: MaskedTokenStream(16),
+        "own_random": lambda: OwnRandomMaskedTokenStream(16),
+        "declared_own_random": lambda: DeclaredOwnRandomMaskedTokenStream(16),
     }.items()
     if not (workers and name == "same")  # NOTE: a stream that does not split among workers is read W times
 }
@@ -93,8 +112,66 @@ def test_a_stream_that_splits_itself_unsaid_is_refused_on_every_process_before_i
         assert outcome["batches"] == 0, outcome
         error = outcome["error"]
         assert "`UndeclaredRankSplitIdStream`" in error and "`splits_by_rank = True`" in error, error
-        assert f"This process ({rank} of 2) read first: " in error, error
-        assert "`splits_by_rank = False`" not in error, "ids name the elements: no opt-out offered"
+        assert f"This process ({rank} of 2) read: " in error, error
+        _both_ways_out(error, "UndeclaredRankSplitIdStream")
+
+
+def _both_ways_out(error: str, name: str) -> None:
+    """A refusal names both declarations, each with what it does when it does not fit."""
+    assert "declare `splits_by_rank = True`" in error, error
+    assert f"`splits_by_rank = False` on `{name}`" in error, error
+    assert "every sample would be trained 2 times" in error and "1 of every 2 samples would never" in error, (
+        error
+    )
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize(
+    ("name", "cls", "shown"),
+    [
+        ("labelled_split", "LabelledRankSplitStream", "]), 0), (tensor(["),
+        ("tagged_split", "TaggedRankSplitStream", "'lang': 'en'"),
+        ("late_split", "LateSplitIdStream", ""),
+    ],
+)
+def test_a_stream_splitting_itself_behind_shared_labels_or_after_its_first_batch_is_refused_before_it(
+    results: list[dict[str, Any]], workers: int, name: str, cls: str, shown: str
+) -> None:
+    """0.4.0 took a label or a tag shared by every process's first batch for the elements' identity, and
+    compared only the first global batch: 48 of 96 ids never trained, exit 0."""
+    for result in results:
+        outcome = result[f"{name}{workers}"]
+        assert outcome["batches"] == 0, outcome
+        error = outcome["error"]
+        assert error is not None and f"`{cls}`" in error, outcome
+        assert "(their whole contents compared)" in error, error
+        assert shown in error, error
+        _both_ways_out(error, cls)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_masking_drawn_from_torchs_generator_is_drawn_alike_and_every_id_is_read_once(
+    results: list[dict[str, Any]], workers: int
+) -> None:
+    """0.4.0 refused a same stream randomising whole-number fields and offered only the declaration that
+    trains every id twice."""
+    for result in results:
+        assert result[f"masked{workers}"]["error"] is None, result[f"masked{workers}"]
+    ids = [result[f"masked{workers}"]["ids"] for result in results]
+    assert sorted(ids[0] + ids[1]) == sorted(list(range(16)) * 2), "each id once an epoch, 2 epochs"
+    assert not set(ids[0][:2]) & set(ids[1][:2]), "each process its own slice"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_draws_of_a_generator_of_its_own_are_refused_with_both_ways_out_and_the_fitting_one_holds(
+    results: list[dict[str, Any]], workers: int
+) -> None:
+    for result in results:
+        outcome = result[f"own_random{workers}"]
+        assert outcome["batches"] == 0 and outcome["error"] is not None, outcome
+        _both_ways_out(outcome["error"], "OwnRandomMaskedTokenStream")
+        declared = result[f"declared_own_random{workers}"]
+        assert declared["error"] is None and declared["batches"] == 8, declared
 
 
 @pytest.mark.parametrize("name", ["same0", "worker_split0", "worker_split2", "augmented0", "augmented2"])

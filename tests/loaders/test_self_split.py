@@ -89,7 +89,26 @@ def webdataset_scenarios(rank: int, world_size: int, tars: list[str]) -> dict[st
         results[f"resumed{workers}"] = _whole_and_resumed(make)
         progress(f"resumed{workers}")
     results["unsplit"] = _unsplit(tars)
+    if world_size == 2:
+        results["batched"] = _batched_in_pipeline(tars)
     return results
+
+
+def _id_dict(sample: dict[str, Any]) -> dict[str, int]:
+    return {"id": sample_id(sample)}
+
+
+def _batched_in_pipeline(tars: list[str]) -> dict[str, Any]:
+    """A pipeline that batches itself, read with ``DataLoader(batch_size=None)``: the epoch's ids and report."""
+    import webdataset as wds
+
+    pipeline = (
+        wds.WebDataset(tars, shardshuffle=False, nodesplitter=wds.split_by_node).map(_id_dict).batched(4)
+    )
+    loader = prepare_data_loader(DataLoader(pipeline, batch_size=None))
+    ids = _flat(_epoch(loader))
+    report = loader.stream.report
+    return {"ids": ids, "report": report.summary() if report is not None else None}
 
 
 def _unsplit(tars: list[str]) -> str:
@@ -202,6 +221,16 @@ def test_webdataset_position_is_refused_on_fewer_processes(
         ValueError, match=r"saved mid-epoch by 2 processes.*webdataset's `split_by_node` gives"
     ):
         alone.load_state_dict(state)
+
+
+def test_webdataset_batched_in_the_pipeline_reports_samples_not_batches(
+    webdataset_runs: dict[int, list[dict[str, Any]]],
+) -> None:
+    """0.4.0 counted each batch a pipeline's ``.batched`` made as one sample: "24 samples read" for 96."""
+    ranks = webdataset_runs[2]
+    assert sorted(ranks[0]["batched"]["ids"] + ranks[1]["batched"]["ids"]) == list(range(96))
+    for rank in ranks:
+        assert "96 samples read (rank 0: 48, rank 1: 48)" in rank["batched"]["report"], rank["batched"]
 
 
 def test_webdataset_without_a_node_splitter_keeps_its_own_error(

@@ -22,7 +22,13 @@ from torch.utils.data import DataLoader
 
 import lightning_shard  # noqa: F401 - registers the "shard" strategies
 from lightning_shard.lightning import ShardStrategy
-from tests.helpers.datasets import IdStream
+from tests.helpers.datasets import (
+    IdStream,
+    LabelledRankSplitStream,
+    LateSplitIdStream,
+    MaskedTokenStream,
+    TaggedRankSplitStream,
+)
 from tests.helpers.hf import hf_id_stream
 from tests.helpers.lightning_app import Recorder, features, trainer
 
@@ -99,7 +105,51 @@ def resume(out: Path) -> None:
     without.fit(StreamRecorder(str(out / "resume0")), _shuffled(workers=0), ckpt_path=str(checkpoint))
 
 
-SCENARIOS = {function.__name__: function for function in (uneven, resume)}
+class AnyBatchRecorder(pl.LightningModule):
+    """Trains on the float features of any batch (a tuple's first tensor, ``emb`` or ``pos`` of a dict, ids as
+    floats) and records the ids it trained on (the features are the ids) and each optimizer step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(1, 1)
+        self.trained: list[int] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        if isinstance(batch, dict):
+            x = batch["emb"] if "emb" in batch else batch["pos"]
+        else:
+            x = batch[0] if isinstance(batch, (list, tuple)) else batch.float().reshape(-1, 1)
+        self.trained += [int(value) for value in x.flatten()]
+        return self.layer(x).square().mean()
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def unsaid_split(out: Path) -> None:
+    """Streams that split themselves by rank without saying so, behind a shared label, a shared tag, or after
+    their first global batch (0.4.0 trained half of each, exit 0), and a same stream masked at random (0.4.0
+    refused it): each process records its error, its optimizer steps and the ids it trained."""
+    fits = {
+        "labelled": DataLoader(LabelledRankSplitStream(96), batch_size=4),
+        "tagged": DataLoader(
+            TaggedRankSplitStream(96), batch_size=4, num_workers=2, persistent_workers=False
+        ),
+        "late": DataLoader(LateSplitIdStream(96, head=8), batch_size=4),
+        "masked": DataLoader(MaskedTokenStream(96), batch_size=4),
+    }
+    for name, data in fits.items():
+        model, run = AnyBatchRecorder(), trainer(out, max_epochs=1)
+        try:
+            run.fit(model, data)
+            error = None
+        except RuntimeError as failure:
+            error = str(failure)
+        record = {"error": error, "global_step": run.global_step, "trained": model.trained}
+        (out / f"{name}_rank{run.global_rank}.json").write_text(json.dumps(record))
+
+
+SCENARIOS = {function.__name__: function for function in (uneven, resume, unsaid_split)}
 
 if __name__ == "__main__":
     name, out_dir = sys.argv[1], Path(sys.argv[2])
