@@ -1,16 +1,18 @@
-"""The same-stream check's cost (issue 33), side by side in one run: what it adds to every batch, and what it
-costs once an epoch.
+"""The same-stream check's cost (issues 33 and 41), side by side in one run: what it adds to every batch, and
+what a compared batch costs.
 
 (a) Per batch, in one process (CPU time, robust to a loaded machine): one epoch of process 0 of 2 over a
 cheap strided stream (``--samples`` ids in dicts with a 16-float feature, nothing to read, so what the
-loader adds weighs as much as it can), with the check (the default: the first element marked, the collate
-wrapped, the first batch unwrapped), without it (the dataset declares ``splits_by_rank = False``: the same
-code otherwise), and, with ``--against CHECKOUT``, the release at that checkout (0.3.0: no check). Sides
-alternate round after round, the garbage collector collected before and off during each epoch; medians.
-(b) Once an epoch, on 2 gloo processes: a ``fingerprint`` of a global batch and the all-reduce of three
+loader adds weighs as much as it can), with the check (the default: compared batches marked, the collate
+wrapped, every batch looked at once, each fetch drawing with torch's generator seeded and set back), without
+it (the dataset declares ``splits_by_rank = False``: the same code otherwise), and, with ``--against
+CHECKOUT``, the release at that checkout (0.4.0: the first batch checked). Sides alternate round after
+round, the garbage collector collected before and off during each epoch; medians.
+(b) On 2 gloo processes: a ``fingerprint`` of a global batch (paid at each compared batch: the first two, then
+doubling intervals), and the agreement's all-reduce at every fetch with and without the digest's two
 integers. Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_same_stream.py --against /work/wt-030
+    OMP_NUM_THREADS=1 python benchmarks/bench_same_stream.py --against /work/wt-040
 """
 
 from __future__ import annotations
@@ -57,18 +59,20 @@ class UncheckedFeatureStream(FeatureStream):
 
 
 def _parts(batch_size: int, repeats: int) -> dict[str, float]:
-    """Median microseconds of the check's two parts: the fingerprint of a global batch, the all-reduce."""
+    """Median microseconds of the check's parts: the fingerprint of a global batch, and the agreement's
+    all-reduce of two integers (without the check) and of four (with the digest)."""
     head = list(FeatureStream(2 * batch_size))
-    values = torch.zeros(3, dtype=torch.int64)
-    times: dict[str, list[float]] = {"fingerprint": [], "all-reduce": []}
+    times: dict[str, list[float]] = {"fingerprint": [], "all-reduce 2": [], "all-reduce 4": []}
     for _ in range(repeats):
         start = time.perf_counter()
         fingerprint(head)
         times["fingerprint"].append(time.perf_counter() - start)
-        dist.barrier()
-        start = time.perf_counter()
-        dist.all_reduce(values, op=dist.ReduceOp.MAX)
-        times["all-reduce"].append(time.perf_counter() - start)
+        for width in (2, 4):
+            values = torch.zeros(width, dtype=torch.int64)
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(values)
+            times[f"all-reduce {width}"].append(time.perf_counter() - start)
     return {name: statistics.median(values) * 1e6 for name, values in times.items()}
 
 
@@ -132,8 +136,9 @@ def main() -> None:
         ratio = median / medians["unchecked"]
         print(f"| {name} | {median * 1e3:.1f} ms | {median / steps * 1e6:.2f} us | {ratio:.3f}x |")
     print(
-        f"(b) once an epoch, 2 gloo processes: fingerprint of a global batch ({2 * args.batch_size} elements) "
-        f"{parts['fingerprint']:.0f} us, all-reduce of 3 integers {parts['all-reduce']:.0f} us (medians)"
+        f"(b) 2 gloo processes: fingerprint of a global batch ({2 * args.batch_size} elements) "
+        f"{parts['fingerprint']:.0f} us; the agreement's all-reduce of 2 integers {parts['all-reduce 2']:.0f} us, "
+        f"of 4 {parts['all-reduce 4']:.0f} us (medians)"
     )
 
 

@@ -13,10 +13,11 @@ IndexObserver = Callable[[Iterator[Any]], Iterator[Any]]
 
 
 class EpochCursor(BatchSamplerWrapper):
-    """Wraps a (sharded) batch sampler; the next iteration starts at this process's batch ``start`` after
-    ``consumed`` batches of the user's batch sampler (an elastic restore), both set by ``rewind`` just before
-    the loader creates its iterator, so no skipped sample is loaded (a sampler that is not a
-    ``SeekableBatchSampler`` is walked, indices only)."""
+    """Wraps a (sharded) batch sampler; the next iteration (only) starts at this process's batch ``start``
+    after ``consumed`` batches of the user's batch sampler (an elastic restore), both set by ``rewind`` just
+    before the loader creates its iterator and taken by that iteration, so no skipped sample is loaded (a
+    sampler that is not a ``SeekableBatchSampler`` is walked, indices only) and the iterations after it,
+    and ``len()``, are whole epochs again."""
 
     def __init__(self, batch_sampler: Any) -> None:
         self.batch_sampler = batch_sampler
@@ -40,9 +41,13 @@ class EpochCursor(BatchSamplerWrapper):
         return batches if self.observer is None else self.observer(batches)
 
     def _batches(self) -> Iterator[Any]:
+        # NOTE: taken at the first batch, not at `iter()`: a DataLoader with workers calls `iter()` twice on its
+        # first iteration and uses the second.
+        start, consumed, self.start, self.consumed = self.start, self.consumed, 0, 0
         if isinstance(self.batch_sampler, SeekableBatchSampler):
-            return self.batch_sampler.iter_from(self.start, consumed=self.consumed)
-        return itertools.islice(iter(self.batch_sampler), self.consumed + self.start, None)
+            yield from self.batch_sampler.iter_from(start, consumed=consumed)
+        else:
+            yield from itertools.islice(iter(self.batch_sampler), consumed + start, None)
 
     def length_after(self, consumed: int) -> int:
         """This process's batches in an epoch once ``consumed`` batches of the user's sampler are gone."""

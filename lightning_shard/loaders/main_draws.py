@@ -43,10 +43,15 @@ def fetch_seed(seed: int, epoch: int, process_index: int, step: int) -> int:
 
 
 def isolated_fetches(
-    make: Callable[[], Iterator[Any]], key: Callable[[int], int], start: int, each_fetch: bool
+    make: Callable[[], Iterator[Any]],
+    key: Callable[[int], int],
+    start: int,
+    each_fetch: bool,
+    when: Callable[[int], bool] | None = None,
 ) -> Iterator[Any]:
-    """Iterate ``make()``: creating it, and each fetch if ``each_fetch``, with torch's CPU generator
-    seeded with ``key(step)`` (steps counted from ``start``) and the caller's state restored after."""
+    """Iterate ``make()``: creating it, and each fetch if ``each_fetch`` (those of the steps ``when`` picks, if
+    given), with torch's CPU generator seeded with ``key(step)`` (steps counted from ``start``) and the caller's
+    state restored after."""
     generator, step = torch.default_generator, start
     outer = torch.get_rng_state()
     generator.manual_seed(key(-1))
@@ -58,6 +63,14 @@ def isolated_fetches(
         yield from source
         return
     while True:
+        if when is not None and not when(step):
+            try:
+                batch = next(source)
+            except StopIteration:
+                return
+            yield batch
+            step += 1
+            continue
         outer = torch.get_rng_state()
         generator.manual_seed(key(step))
         try:

@@ -19,6 +19,7 @@ from lightning_shard.loaders.stream_replay import replayed_batches
 from lightning_shard.loaders.streams import SHORTEST, describe
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.native_stream import STRIDED_STREAM
+from lightning_shard.sampling.stream_fingerprint import checked_step
 
 
 class StridedSource(StreamSource):
@@ -67,14 +68,13 @@ class StridedSource(StreamSource):
 
     def _draws_alike(self, make: Callable[[], Iterator[Any]], start: Position, workers: int) -> Iterator[Any]:
         """``make()``, drawing alike on every process where they compare what they read: the iterator made and
-        (without workers) each fetch with torch's generator seeded from ``(seed, epoch, step)``, so the workers'
-        seeds and the main process's draws are the same everywhere (``loaders/main_draws.py``)."""
+        (without workers) each compared fetch with torch's generator seeded from ``(seed, epoch, step)``, so the
+        workers' seeds and the compared batches' draws are the same everywhere (``loaders/main_draws.py``)."""
         if not self.shard.fingerprinted:
             return make()
         seed, epoch = epoch_seed(start.generator_state, self.loader.draw_seed), start.epoch or 0
-        return isolated_fetches(
-            make, lambda step: fetch_seed(seed, epoch, 0, step), start.start, workers == 0
-        )
+        key = functools.partial(fetch_seed, seed, epoch, 0)
+        return isolated_fetches(make, key, start.start, workers == 0, when=checked_step)
 
     def _read(self, start: Position, skip_steps: int) -> Iterator[Any]:
         """The user's batches from ``start``, the shard skipping ``skip_steps`` global batches after the elements

@@ -52,11 +52,13 @@ def fingerprint(elements: Iterable[Any]) -> Fingerprint:
     by_content = any(key is None for key in keys)
     digest = hashlib.blake2b(digest_size=8)
     for element, key in zip(elements, keys, strict=True):
-        digest.update(_content(element if by_content else key))
+        _feed(digest, element if by_content else key)
         digest.update(b"\x00")
-    shown = tuple(_short(element if by_content else key) for element, key in zip(elements, keys, strict=True))
+    shown = tuple(
+        _short(element if by_content else key) for element, key in zip(elements[:_SHOWN], keys, strict=False)
+    )
     value = int.from_bytes(digest.digest(), "little") % ((1 << DIGEST_BITS) - 1) + 1
-    return Fingerprint(value, by_content, shown[:_SHOWN])
+    return Fingerprint(value, by_content, shown)
 
 
 def _keys(element: Any) -> dict[str, Any] | None:
@@ -67,36 +69,55 @@ def _keys(element: Any) -> dict[str, Any] | None:
     return named or None
 
 
-def _content(value: Any) -> bytes:
-    """The whole of ``value`` as bytes (tensors and arrays by their data, anything else pickled)."""
+def _feed(digest: Any, value: Any) -> None:
+    """Hash the whole of ``value``: tensors and arrays by their data, shape and type, containers item by item,
+    anything else pickled."""
+    kind = type(value)
+    if kind in _PLAIN:
+        digest.update(f"{kind.__name__}:{value!r}".encode())
+        return
     if isinstance(value, torch.Tensor):
-        return _tensor_bytes(value)
+        value = value.detach().cpu()
+        try:
+            value = value.numpy()
+        except TypeError:  # NOTE: a dtype NumPy lacks (bfloat16): its bytes as they are
+            value = value.contiguous().reshape(-1).view(torch.uint8).numpy()
     if isinstance(value, np.ndarray):
-        return value.tobytes() + str(value.dtype).encode()
-    if isinstance(value, Mapping):
-        return b"".join(repr(key).encode() + _content(value[key]) for key in sorted(value, key=str))
-    if isinstance(value, (list, tuple)):
-        return b"".join(_content(item) for item in value)
-    try:
-        return pickle.dumps(value, protocol=4)
-    except Exception:  # noqa: BLE001 - an object that cannot be pickled is compared by its type only
-        return type(value).__qualname__.encode()
+        digest.update(np.ascontiguousarray(value).view(np.uint8))
+        digest.update(f"{value.shape}{value.dtype.str}".encode())
+    elif isinstance(value, (dict, Mapping)):
+        for key in sorted(value, key=str):
+            digest.update(repr(key).encode())
+            _feed(digest, value[key])
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _feed(digest, item)
+        digest.update(b"]")
+    else:
+        try:
+            digest.update(pickle.dumps(value, protocol=4))
+        except Exception:  # noqa: BLE001 - an object that cannot be pickled is compared by its type only
+            digest.update(type(value).__qualname__.encode())
 
 
-def _tensor_bytes(tensor: torch.Tensor) -> bytes:
-    flat = tensor.detach().cpu().contiguous()
-    raw = flat.view(torch.uint8) if flat.dim() and flat.dtype != torch.bool else flat.to(torch.int64)
-    return raw.numpy().tobytes() + str(tuple(tensor.shape)).encode() + str(tensor.dtype).encode()
+_PLAIN = frozenset((int, str, float, bool, bytes, type(None)))
 
 
 def _short(value: Any) -> str:
     """``value`` as a refusal shows it: the identifying keys as written, contents abbreviated."""
-    if isinstance(value, torch.Tensor) and value.numel() > 4:
-        text = f"tensor({value.flatten()[:4].tolist()}...)"
-    else:
-        text = repr(value)
-    text = " ".join(text.split())
+    text = _shown(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        head = value.detach().flatten()[:4].tolist()
+        return f"tensor({head if value.numel() > 4 else value.tolist()}{'...' if value.numel() > 4 else ''})"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{key!r}: {_shown(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_shown(item) for item in value) + ("," if len(value) == 1 else "") + ")"
+    return repr(value)
 
 
 class Fingerprinted:

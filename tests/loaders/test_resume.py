@@ -611,3 +611,24 @@ def test_a_stream_position_is_refused_by_a_map_style_loader_mid_epoch_only() -> 
     loader = build(indexed, 2, 0)
     loader.load_state_dict(stopped(stream, 2, 0, 1, 0).state_dict())
     assert take(loader) == take(build(indexed, 2, 0)), "between epochs the next epoch starts afresh"
+
+
+@pytest.mark.parametrize("processes", [1, 3])
+def test_the_batch_sampler_is_a_whole_epoch_again_after_a_resumed_epoch(processes: int) -> None:
+    """0.4.0 left the resume's start on the loader's batch sampler: after an epoch resumed from 2 processes
+    onto 1, ``len(loader.batch_sampler)`` was 4 and iterating it yielded 4 batches of indices (a fresh
+    loader's: 10), which anything sized from the batch sampler saw."""
+    saved = prepare_data_loader(DataLoader(IdMap(40), batch_size=4), num_processes=2, process_index=0)
+    batches = iter(saved)
+    for _ in range(3):
+        next(batches)
+    state = json.loads(json.dumps(saved.state_dict()))
+    fresh = prepare_data_loader(DataLoader(IdMap(40), batch_size=4), num_processes=processes, process_index=0)
+    whole = len(fresh.batch_sampler)
+    resumed = prepare_data_loader(DataLoader(IdMap(40), batch_size=4), num_processes=processes, process_index=0)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert 0 < len(rest) < whole
+    resumed.set_epoch(1)
+    assert len(resumed.batch_sampler) == whole == len(list(resumed.batch_sampler))
+    assert len(list(resumed)) == len(resumed) == whole
