@@ -625,7 +625,9 @@ def test_the_batch_sampler_is_a_whole_epoch_again_after_a_resumed_epoch(processe
     state = json.loads(json.dumps(saved.state_dict()))
     fresh = prepare_data_loader(DataLoader(IdMap(40), batch_size=4), num_processes=processes, process_index=0)
     whole = len(fresh.batch_sampler)
-    resumed = prepare_data_loader(DataLoader(IdMap(40), batch_size=4), num_processes=processes, process_index=0)
+    resumed = prepare_data_loader(
+        DataLoader(IdMap(40), batch_size=4), num_processes=processes, process_index=0
+    )
     resumed.load_state_dict(state)
     rest = list(resumed)
     assert 0 < len(rest) < whole
