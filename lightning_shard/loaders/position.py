@@ -4,7 +4,7 @@ data shared by the loaders, their saved state and the code that drives them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from lightning_shard.sampling.balance import EvenBatches, is_balanced
 from lightning_shard.sampling.native_stream import NATIVE_STREAM_KINDS, STREAM_KINDS
@@ -33,6 +33,8 @@ class Position:
     ended_at: tuple[int | None, ...] | None = None
     """Each process's share's end step (``None``: not yet), by rank, as a 0.2 / 0.3 state's ``streams`` recorded
     it (``None``: not recorded, or not a stream of shares)."""
+    library: dict[str, Any] | None = None
+    """In a restore only: a library's own state (``SelfSplit.restore``), handed to it when the epoch begins."""
 
     @property
     def start(self) -> int:

@@ -89,11 +89,14 @@ class Resumption:
         self.set_epoch(epoch)
         if restore is not None:
             self._restore_randomness(restore)
+            if restore.library is not None and self.source.library is not None:
+                self.source.library.restore(restore.library, epoch, restore.base)
         start = replace(
             restore if restore is not None else Position(epoch),
             epoch=epoch,
             generator_state=encode_generator_state(self.source.generator()),
             sampler_seed=None,
+            library=None,
         )
         progress.begun, progress.steps = start, start.steps
         sharding = self.source.sharding()
@@ -198,22 +201,26 @@ class Resumption:
         saved = check_resumable(state_dict, info, self.source.library)
         ends = None if stream is None else stream.restored_ends(saved.streams)
         at, resharded = saved.position, saved.sharding.num_processes != info.num_processes
-        handed = self._hand_to_library(saved)
+        handed = self._library_continues(saved)
         # NOTE: another number of processes continues after everything consumed, its steps counted as taken;
         # so does a library that continues the epoch itself (the loader then skips nothing).
         base, base_steps = (saved.consumed, at.steps) if resharded or handed else (at.base, at.base_steps)
         workers = _stream_epoch_workers(saved, info, self.source.workers())
-        self.pending = replace(at, base=base, base_steps=base_steps, workers=workers, ended_at=ends)
+        library = saved.library if handed else None
+        self.pending = replace(
+            at, base=base, base_steps=base_steps, workers=workers, ended_at=ends, library=library
+        )
         self.progress.epoch = at.epoch or 0
         if resharded and self.resume_hook is not None:
             self.resume_hook.resharded()
 
-    def _hand_to_library(self, saved: LoaderState) -> bool:
-        """Give a position within an epoch to a library that continues it itself; whether it was given."""
+    def _library_continues(self, saved: LoaderState) -> bool:
+        """Whether a library that continues an epoch itself takes this position (checked now, handed to it when
+        the epoch begins)."""
         library, at = self.source.library, saved.position
         if library is None or not library.resumes_itself or saved.library is None or at.steps == 0:
             return False
-        library.restore(saved.library, at.epoch or 0, saved.consumed)
+        library.check_restore(saved.library)
         return True
 
 

@@ -52,7 +52,7 @@ class MosaicSplit(SelfSplit):
         state = dict(self.dataset.state_dict(num_samples=consumed, from_beginning=True))
         return {**state, "epoch": epoch, _SHUFFLE: bool(self.dataset.shuffle)}
 
-    def restore(self, state: dict[str, Any], epoch: int, consumed: int) -> None:
+    def check_restore(self, state: dict[str, Any]) -> None:
         saved, now = state.get(_SHUFFLE), bool(self.dataset.shuffle)
         if saved is not None and saved != now:
             raise ValueError(
@@ -61,6 +61,8 @@ class MosaicSplit(SelfSplit):
                 f"samples and skip others. Build the dataset with `shuffle={saved}`, or load a state saved between "
                 "epochs."
             )
+
+    def restore(self, state: dict[str, Any], epoch: int, consumed: int) -> None:
         own = {key: value for key, value in state.items() if key != _SHUFFLE}
         self.dataset.load_state_dict({**own, "epoch": epoch, "sample_in_epoch": consumed})
 

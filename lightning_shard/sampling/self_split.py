@@ -54,9 +54,13 @@ class SelfSplit:
         (``resumes_itself`` only; plain data, the same on every process)."""
         return None
 
+    def check_restore(self, state: dict[str, Any]) -> None:
+        """A ``ValueError`` when this dataset cannot continue ``state`` exactly (``resumes_itself`` only): called
+        when the state is loaded, so that a refusal comes then."""
+
     def restore(self, state: dict[str, Any], epoch: int, consumed: int) -> None:
         """Have the library continue ``epoch`` after ``consumed`` samples at its next pass (``resumes_itself``
-        only); a ``ValueError`` when this dataset cannot continue ``state`` exactly."""
+        only): called once, when that epoch's iteration begins (never at load: Lightning loads twice)."""
 
 
 def declared(dataset: Any) -> SelfSplit | None:

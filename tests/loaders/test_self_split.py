@@ -125,6 +125,22 @@ def _unsplit(tars: list[str]) -> str:
     return "no error"
 
 
+def _replaced_before_iterating(make: Callable[[], Any]) -> dict[str, Any]:
+    """A mid-epoch state loaded, then replaced by a state saved between epochs before any batch: the epoch the
+    second names, read whole, against a fresh loader's."""
+    first = make()
+    first.set_epoch(1)
+    _epoch(first, STOP)
+    fresh = make()
+    fresh.set_epoch(2)
+    between = fresh.state_dict()
+    expected = _epoch(fresh)
+    again = make()
+    again.load_state_dict(first.state_dict())
+    again.load_state_dict(between)
+    return {"expected": expected, "read": _epoch(again)}
+
+
 def _mosaic(local: str, rank: int, world_size: int, **kwargs: Any) -> Any:
     return mosaic_dataset(local, rank, world_size, batch_size=4, shuffle=True, **kwargs)
 
@@ -138,6 +154,7 @@ def mosaic_scenarios(rank: int, world_size: int, local: str) -> dict[str, Any]:
         make = functools.partial(lambda count: _loader(_mosaic(local, rank, world_size), count), workers)
         results[f"resumed{workers}"] = _whole_and_resumed(make)
         progress(f"resumed{workers}")
+    results["replaced"] = _replaced_before_iterating(lambda: _loader(_mosaic(local, rank, world_size), 0))
     try:
         _loader(_mosaic(local, rank, world_size, predownload=8), 2, batch_size=2)
         results["other_batch_size"] = None
@@ -256,6 +273,15 @@ def test_mosaic_resumes_exactly_on_as_many_processes(mosaic_runs: list[dict[str,
         run = rank[f"resumed{workers}"]
         assert run["head"] + run["tail"] == run["whole"] and len(run["head"]) == STOP
         assert run["state"]["library"]["sample_in_epoch"] == STOP * 4 * 2
+
+
+def test_mosaic_is_handed_its_state_when_the_epoch_begins_not_when_it_is_loaded(
+    mosaic_runs: list[dict[str, Any]],
+) -> None:
+    """A mid-epoch state replaced before any batch by one saved between epochs: the library reads the second's
+    epoch whole (only the restore that applies reaches it, when its epoch begins)."""
+    for rank in mosaic_runs:
+        assert rank["replaced"]["read"] == rank["replaced"]["expected"]
 
 
 @pytest.mark.parametrize("workers", [0, 2])
