@@ -19,8 +19,9 @@ READABLE_VERSIONS = (1, 2)
 
 _POSITION_RENAMED = {"workers": "num_workers"}
 """``Position`` fields saved under another key."""
-_POSITION_UNSAVED = ("ended_at",)
-"""``Position`` fields the state holds otherwise: each process's stream end, in a released state's ``streams``."""
+_POSITION_UNSAVED = ("ended_at", "library")
+"""``Position`` fields the state holds otherwise: each process's stream end, in a released state's ``streams``;
+a library's own state, in the state's ``library``."""
 _WRITTEN_WHEN_SET = ("library",)
 """Keys written only when set (only some streams have them): every other state keeps the keys it had."""
 _OPTIONAL = dict.fromkeys(("generator_state", "sampler_seed", "world_size", "sampler", "streams", "library"))

@@ -122,9 +122,14 @@ class IterableDatasetShard(IterableDataset):
         self._skip_elements = check_non_negative("skip_elements", skip_elements)
 
     def __iter__(self) -> Iterator[Any]:
-        self.seed_dataset_generator()
+        # NOTE: the skip is taken by the iteration created now (the DataLoader's, right after `resume`), not by
+        # whichever first asks for an element.
         skip_steps, skip_elements = self._skip_steps, self._skip_elements
         self._skip_steps = self._skip_elements = 0
+        return self._elements(skip_steps, skip_elements)
+
+    def _elements(self, skip_steps: int, skip_elements: int) -> Iterator[Any]:
+        self.seed_dataset_generator()
         mark = self.fingerprinted
         width, size = self.process_batch_size, self.global_batch_size
         lo, hi = self.process_index * width, (self.process_index + 1) * width
