@@ -134,7 +134,10 @@ def moving(loader: Any) -> Callable[[Any], Any] | None:
 
 
 def rows_of(loader: Any) -> Callable[[Any], int]:
-    """How many samples a batch of ``loader`` holds (one a step with ``batch_size=None``)."""
+    """How many samples a batch of ``loader`` holds (one a step with ``batch_size=None``; a torchdata.nodes
+    graph's source reads lists of its root's items)."""
+    if loader.kind.pipeline is not None:
+        return len
     return batch_length if loader.batch_size is not None else _one
 
 
