@@ -68,3 +68,7 @@ class LeftAsItIs:
     name: str
     reason: str
     checked: bool
+
+    def describe(self) -> str:
+        """For the plan line: "`Batches` (why)"."""
+        return f"`{self.name}` ({self.reason})"
