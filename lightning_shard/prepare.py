@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,9 +12,9 @@ from torch.utils.data import BatchSampler, DataLoader
 from lightning_shard._checks import check_non_negative, check_split_batch_size
 from lightning_shard.comm.collectives import broadcast_object, is_distributed, world_size
 from lightning_shard.comm.topology import Topology, resolve_topology
-from lightning_shard.loaders.data_kind import DataKind
+from lightning_shard.loaders.data_kind import DataKind, LeftAsItIs
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
-from lightning_shard.loaders.kinds import classify, user_batch_sampler
+from lightning_shard.loaders.kinds import classify, classify_iterable, user_batch_sampler
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
 from lightning_shard.loaders.streams import SAME, SHORTEST, StreamEnds
@@ -25,10 +26,11 @@ from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.native_stream import IterableSharding, NativeStreamShard, split_among_workers
 from lightning_shard.sampling.own_sampler import generator_of, recorded_batch_sampler
 from lightning_shard.sampling.samplers import SampleShard
+from lightning_shard.sampling.torchdata_nodes import NodesGraph, root_loader
 
 
 def prepare_data_loader(
-    dataloader: DataLoader,
+    dataloader: DataLoader | Any,
     device: torch.device | str | None = None,
     num_processes: int | None = None,
     process_index: int | None = None,
@@ -48,12 +50,14 @@ def prepare_data_loader(
 ) -> DataLoaderShard | DataLoaderDispatcher:
     """Wrap ``dataloader`` so this process yields only its part of every global batch.
 
+    ``dataloader`` is a ``DataLoader``, or a torchdata.nodes ``Loader`` (or node graph) rooted in a
+    ``SamplerWrapper`` or ``IterableWrapper``, sharded through its root (docs/DESIGN.md, "torchdata.nodes").
     ``num_processes`` / ``process_index`` default to the data-parallel size and rank of the running
     process group (or of ``torch_device_mesh``). The other parameters are the fields of
     ``ShardOptions``, documented there (and in the documentation's options table).
 
     Raises:
-        TypeError: if ``dataloader`` is not a ``DataLoader``.
+        TypeError: if ``dataloader`` is neither a ``DataLoader`` nor such a graph.
         ValueError: on any inconsistent option; the message names the parameter and the fix.
     """
     options = ShardOptions.pick(locals())
@@ -62,7 +66,7 @@ def prepare_data_loader(
 
 
 def prepare_with_options(
-    dataloader: DataLoader,
+    dataloader: DataLoader | Any,
     options: ShardOptions,
     topology: Topology,
     *,
@@ -72,6 +76,47 @@ def prepare_with_options(
 ) -> DataLoaderShard | DataLoaderDispatcher:
     """``prepare_data_loader`` for an already checked ``ShardOptions`` and topology; ``uneven_streams``: what a
     stream does with ``even_batches=False`` (``"shortest"`` for a training loop, ``"own"`` for predict)."""
+    if not isinstance(dataloader, DataLoader):
+        return _prepare_graph(dataloader, options, topology, device=device, uneven_streams=uneven_streams)
+    return _prepare(dataloader, options, topology, device, device_mesh, uneven_streams)
+
+
+def _prepare_graph(
+    graph: Any, options: ShardOptions, topology: Topology, *, device: Any, uneven_streams: StreamEnds
+) -> DataLoaderShard:
+    """A torchdata.nodes graph sharded as the ``DataLoader`` of its root's items would be, each step's items
+    then made a batch by the graph rebuilt over them (``loaders/nodes_source.py``)."""
+    found = classify_iterable(
+        graph, num_processes=topology.num_processes, process_index=topology.process_index
+    )
+    if isinstance(found, LeftAsItIs):
+        raise TypeError(
+            f"`dataloader` must be a `torch.utils.data.DataLoader` or a torchdata.nodes `Loader` (or node graph) "
+            f"rooted in a `SamplerWrapper` or `IterableWrapper`, got {found.name} ({found.reason}). Wrap your "
+            "dataset first: `DataLoader(dataset, batch_size=...)`."
+        )
+    if options.dispatch_batches:
+        raise ValueError(
+            f"`dispatch_batches=True` with the torchdata.nodes graph `{found.describe()}`: process 0 would have to "
+            "run the graph for every process and send each its part of every batch, which lightning_shard does "
+            "not do for graphs. Use `dispatch_batches=False` (the default: each process runs the graph over its "
+            "own part of the root's items), or return a `DataLoader` to have it dispatched."
+        )
+    options = options.replace(dispatch_batches=False)
+    loader = _prepare(root_loader(found), options, topology, device, None, uneven_streams, pipeline=found)
+    assert isinstance(loader, DataLoaderShard)  # NOTE: never dispatched (above).
+    return loader
+
+
+def _prepare(
+    dataloader: DataLoader,
+    options: ShardOptions,
+    topology: Topology,
+    device: torch.device | str | None,
+    device_mesh: Any,
+    uneven_streams: StreamEnds,
+    pipeline: NodesGraph | None = None,
+) -> DataLoaderShard | DataLoaderDispatcher:
     options = _agree_on_seed(options, topology)
     kind = classify(
         dataloader,
@@ -83,6 +128,7 @@ def prepare_with_options(
         even_batches=bool(options.even_batches),
         uneven=uneven_streams,
     )
+    kind = kind if pipeline is None else dataclasses.replace(kind, pipeline=pipeline)
     if options.split_batches:
         batch_size = dataloader.batch_size or getattr(user_batch_sampler(dataloader), "batch_size", None)
         check_split_batch_size(batch_size, topology.num_processes, "dataloader")

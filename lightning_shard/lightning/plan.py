@@ -38,6 +38,8 @@ class ShardPlan:
         split_batches: whether each batch of the loader is split among the processes.
         ranks: the processes of the job when more than ``num_processes`` (tensor-parallel peers).
         resumed_at: the optimizer step of the epoch the fit resumed at (``None``: the epoch starts).
+        pipeline: the torchdata.nodes graph the loader shards through its root (``None``: a ``DataLoader``).
+        left_as_it_is: the training iterables left as they are, each with why.
     """
 
     num_processes: int
@@ -57,6 +59,8 @@ class ShardPlan:
     split_batches: bool = False
     ranks: int | None = None
     resumed_at: int | None = None
+    pipeline: str | None = None
+    left_as_it_is: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         steps = "an unknown number of" if self.steps_per_epoch is None else str(self.steps_per_epoch)
@@ -78,6 +82,8 @@ class ShardPlan:
             + (f", {self.scheduler_scaling}" if self.scheduler_scaling else "")
             + "".join(f" (WARNING: {short}: it ends early)" for short in self.short_schedulers)
             + (f"; stream: {self.stream}" if self.stream else "")
+            + (f"; torchdata.nodes `{self.pipeline}`, sharded through its root" if self.pipeline else "")
+            + "".join(f"; left as it is: {left}" for left in self.left_as_it_is)
             + (
                 "; scalable shuffle: keyed order of (data_seed, epoch), not RandomSampler's"
                 if self.scalable_shuffle
@@ -118,6 +124,7 @@ def plan_for(
     step_schedulers: bool = True,
     ranks: int | None = None,
     resumed_batches: int = 0,
+    left_as_it_is: tuple[str, ...] = (),
 ) -> ShardPlan:
     """The plan of ``loader`` for a fit that runs ``num_training_batches`` batches per epoch.
 
@@ -154,7 +161,15 @@ def plan_for(
         split_batches=state.split_batches,
         ranks=ranks if ranks != state.num_processes else None,
         resumed_at=resumed_batches // accumulate_grad_batches if resumed_batches else None,
+        pipeline=None if loader.kind.pipeline is None else loader.kind.pipeline.describe(),
+        left_as_it_is=left_as_it_is,
     )
+
+
+def left_alone_plan(num_processes: int, left: tuple[str, ...]) -> str:
+    """The plan line of a fit whose training iterables are all left as they are."""
+    processes = f"{num_processes} process{'' if num_processes == 1 else 'es'}"
+    return f"lightning_shard plan: {processes}; " + "; ".join(f"left as it is: {item}" for item in left)
 
 
 def _padding(loader: ShardLoader, batches: int | None) -> tuple[int | None, int | None]:

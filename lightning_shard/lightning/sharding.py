@@ -31,7 +31,8 @@ from lightning_shard.lightning.checkpoints import EvaluationResumeHook, Lightnin
 from lightning_shard.lightning.compat import check_lightning_version
 from lightning_shard.lightning.continuity import TrainingLoaderRounds
 from lightning_shard.lightning.epoch_callback import ShardEpochCallback, ShardRandomStatesCallback
-from lightning_shard.lightning.plan import ShardPlan, plan_for
+from lightning_shard.lightning.left_as_is import checked
+from lightning_shard.lightning.plan import ShardPlan, left_alone_plan, plan_for
 from lightning_shard.lightning.prediction import PredictionGatherer
 from lightning_shard.lightning.schedulers import (
     SchedulerScaling,
@@ -52,6 +53,8 @@ from lightning_shard.lightning.stages import (
     stage_key,
 )
 from lightning_shard.lightning.torchrun import warn_about_store_sharing
+from lightning_shard.loaders.data_kind import LeftAsItIs
+from lightning_shard.loaders.kinds import classify_iterable
 from lightning_shard.loaders.state import STATE_FORMAT
 from lightning_shard.loaders.streams import StreamReport
 from lightning_shard.log import info, warn
@@ -86,6 +89,8 @@ class StrategySharding:
         self.strategy_options = StrategyOptions.pick(arguments)
         self.shard_plan: ShardPlan | None = None
         self.loaders_left_alone = False
+        self.left_as_it_is: dict[str, LeftAsItIs] = {}
+        """The training iterables that are neither a ``DataLoader`` nor a recognised pipeline, by type name."""
         self._trainer: pl.Trainer | None = None
         self._dataloader_idx = 0
         self._stream_padding = 0
@@ -147,14 +152,23 @@ class StrategySharding:
         add_callbacks_before_checkpoints(trainer, self.callbacks)
 
     def process_dataloader(self, dataloader: object) -> object:
-        """``dataloader`` sharded with the options of the running stage (one already sharded is kept)."""
-        if not isinstance(dataloader, DataLoader) or self.loaders_left_alone:
+        """``dataloader`` sharded with the options of the running stage (one already sharded is kept); a training
+        iterable that is not a ``DataLoader`` is sharded if it is a recognised pipeline, else left as it is
+        (its first batches compared across processes unless declared); evaluation's are left as they are."""
+        if self.loaders_left_alone:
             return dataloader
         trainer, topology, device = self.trainer, self.topology, self._strategy.root_device
         stage = stage_key(trainer.state.stage)
+        if stage == "train" and not isinstance(dataloader, DataLoader):
+            found = classify_iterable(
+                dataloader, num_processes=topology.num_processes, process_index=topology.process_index
+            )
+            if isinstance(found, LeftAsItIs):
+                self.left_as_it_is[found.name] = found
+                return checked(dataloader, found, topology.num_processes) if found.checked else dataloader
         options = self.options_for(stage)
         if stage != "train":
-            if is_shard_loader(dataloader):
+            if is_shard_loader(dataloader) or not isinstance(dataloader, DataLoader):
                 return dataloader
             prepared = prepare_for_stage(dataloader, options, topology, stage, device)
             if is_shard_loader(prepared):
@@ -174,7 +188,7 @@ class StrategySharding:
         return loader
 
     def _training_loader(
-        self, dataloader: DataLoader, options: ShardOptions, topology: Topology, device: torch.device
+        self, dataloader: Any, options: ShardOptions, topology: Topology, device: torch.device
     ) -> DataLoader:
         """``dataloader`` sharded for training in the current round, in the trainer's epoch, with the hook
         that tells it what Lightning consumed (and, with ``audit=True``, the audit watching it)."""
@@ -225,7 +239,10 @@ class StrategySharding:
         if self.loaders_left_alone:
             info("lightning_shard: loaders left as they are (`Trainer(use_distributed_sampler=False)`).")
         loaders = [loader for loader in flatten_loaders(trainer.train_dataloader) if is_shard_loader(loader)]
+        left = tuple(found.describe() for found in self.left_as_it_is.values())
         if not loaders:
+            if left:
+                info(left_alone_plan(self.topology.num_processes, left))
             return
         short = short_schedulers(trainer, configs, self.scheduler_scaling)
         self.shard_plan = plan_for(
@@ -237,6 +254,7 @@ class StrategySharding:
             step_schedulers=has_step_schedulers(configs),
             ranks=None if self.topology.rank_indices is None else len(self.topology.rank_indices),
             resumed_batches=self._resumed_batches,
+            left_as_it_is=left,
         )
         info(str(self.shard_plan))
         warn_short_schedulers(short)

@@ -10,6 +10,7 @@ from lightning_shard.loaders.streams import StreamEnds
 
 if TYPE_CHECKING:
     from lightning_shard.sampling.self_split import SelfSplit
+    from lightning_shard.sampling.torchdata_nodes import NodesGraph
 
 Source: TypeAlias = Literal["map", "strided", "shares", "plain"]
 """Who reads what: a map-style dataset by index, a stream every process strides, a stream each process reads
@@ -33,6 +34,8 @@ class DataKind:
         stream_ends: what a stream's processes do when their streams end at different steps.
         fingerprinted: whether a strided stream's processes check they read the same stream.
         workers_shard: whether a stream's ``DataLoader`` workers split what a process reads with ``shard()``.
+        pipeline: the torchdata.nodes graph that makes each step's batch of the root items read (``None``: the
+            ``DataLoader`` makes it).
     """
 
     source: Source
@@ -44,8 +47,28 @@ class DataKind:
     stream_ends: StreamEnds | None = None
     fingerprinted: bool = False
     workers_shard: bool = False
+    pipeline: NodesGraph | None = None
 
     @property
     def stream(self) -> bool:
         """Whether the data is an iterable dataset."""
         return self.source != "map"
+
+
+@dataclass(frozen=True)
+class LeftAsItIs:
+    """A training iterable that is not a ``DataLoader`` and that the strategies leave as it is.
+
+    Attributes:
+        name: its type's name.
+        reason: why it is left (the plan line: "left as it is: `Batches` (reason)").
+        checked: whether its processes compare a digest of their first batch (a declaration turns it off).
+    """
+
+    name: str
+    reason: str
+    checked: bool
+
+    def describe(self) -> str:
+        """For the plan line: "`Batches` (why)"."""
+        return f"`{self.name}` ({self.reason})"

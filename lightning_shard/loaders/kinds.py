@@ -8,7 +8,7 @@ from typing import Any
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
 
 from lightning_shard.loaders.base import ResumableLoader
-from lightning_shard.loaders.data_kind import DataKind, IndexShape
+from lightning_shard.loaders.data_kind import DataKind, IndexShape, LeftAsItIs
 from lightning_shard.loaders.streams import SHORTEST, StreamEnds, stream_ends_for
 from lightning_shard.log import warn
 from lightning_shard.sampling import litdata_stream, mosaic_stream, webdataset_stream
@@ -25,6 +25,7 @@ from lightning_shard.sampling.native_stream import (
 )
 from lightning_shard.sampling.samplers import SampleShard
 from lightning_shard.sampling.self_split import Recogniser, SelfSplit, declared
+from lightning_shard.sampling.torchdata_nodes import NodesGraph, is_node_graph, read_graph
 
 
 def classify(
@@ -91,6 +92,48 @@ def classify_built(dataset: Any, kwargs: dict[str, Any]) -> DataKind:
 def dispatched_kind(dataset: Any) -> DataKind:
     """The ``DataKind`` of a ``DataLoaderDispatcher`` built directly over ``dataset``."""
     return DataKind("strided" if isinstance(dataset, IterableDataset) else "map", True)
+
+
+def classify_iterable(
+    iterable: Any, *, num_processes: int, process_index: int = 0
+) -> NodesGraph | LeftAsItIs:
+    """What a loop's iterable that is not a ``DataLoader`` is: a torchdata.nodes graph to shard through its root
+    (``NodesGraph``), or one to leave as it is (declared ``splits_by_rank``, a ``MultiNodeWeightedSampler`` built
+    for this process, or unknown: then checked at its first batch).
+
+    Raises:
+        TypeError / ValueError: on a graph with a node it does not know, or a ``MultiNodeWeightedSampler`` built
+            for another rank or number of processes (``sampling/torchdata_nodes.py``).
+    """
+    name = type(iterable).__name__
+    declared_split = getattr(iterable, "splits_by_rank", None)
+    if declared_split is True:
+        return LeftAsItIs(name, "it declares `splits_by_rank = True`", checked=False)
+    if declared_split is False:
+        return LeftAsItIs(
+            name, "it declares `splits_by_rank = False`: every process reads all of it", checked=False
+        )
+    if not is_node_graph(iterable):
+        return LeftAsItIs(name, "not a `DataLoader` nor a recognised pipeline", checked=True)
+    graph = read_graph(iterable)
+    if graph.root_kind != "weighted":
+        return graph
+    _check_weighted(graph, num_processes, process_index)
+    reason = f"its `MultiNodeWeightedSampler` splits itself (rank {process_index} of {num_processes})"
+    return LeftAsItIs(name, reason, checked=False)
+
+
+def _check_weighted(graph: NodesGraph, num_processes: int, process_index: int) -> None:
+    rank, size = graph.root.rank, graph.root.world_size
+    if (rank, size) != (process_index, num_processes):
+        raise ValueError(
+            f"The `MultiNodeWeightedSampler` of `{graph.describe()}` was built for rank {rank} of {size} "
+            f"(`rank={rank}`, `world_size={size}`), but this process is rank {process_index} of {num_processes} "
+            "data-parallel processes, so the processes would not split the mix between them. Build it in "
+            "`train_dataloader` with `rank=self.trainer.global_rank, world_size=self.trainer.world_size` (under "
+            "tensor parallelism: the data-parallel rank and size), or root the graph in a `SamplerWrapper` to "
+            "have it sharded."
+        )
 
 
 # -- map-style ------------------------------------------------------------------------------------------

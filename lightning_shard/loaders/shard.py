@@ -20,10 +20,11 @@ from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.data_kind import DataKind
 from lightning_shard.loaders.kinds import classify_built
 from lightning_shard.loaders.map_source import MapSource, PlainSource
+from lightning_shard.loaders.nodes_source import NodesSource
 from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.share_source import ShareSource
-from lightning_shard.loaders.source import ShardSource
+from lightning_shard.loaders.source import BatchSource, ShardSource
 from lightning_shard.loaders.streams import StreamEnds, StreamRun
 from lightning_shard.loaders.strided_source import StridedSource
 from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader
@@ -132,8 +133,15 @@ class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
     its state is the shard state (torchdata's own counts the batch this loader reads ahead, so it is not offered)."""
 
 
-def _source(loader: DataLoaderShard, stream_ends: StreamEnds | None) -> ShardSource:
-    """The loader's source of batches, by its kind (``stream_ends``: the kind's policy unless given)."""
+def _source(loader: DataLoaderShard, stream_ends: StreamEnds | None) -> BatchSource:
+    """The loader's source of batches, by its kind (``stream_ends``: the kind's policy unless given); a
+    torchdata.nodes graph's batches are made by it from the root items its kind's source reads."""
+    source = _items_source(loader, stream_ends)
+    pipeline = loader.kind.pipeline
+    return source if pipeline is None else NodesSource(source, pipeline)
+
+
+def _items_source(loader: DataLoaderShard, stream_ends: StreamEnds | None) -> ShardSource:
     kind, dataset = loader.kind, cast(Any, loader.dataset)  # NOTE: a stream's shard, as its kind says
     if kind.source == "map":
         cursor = loader.cursor

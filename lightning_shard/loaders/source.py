@@ -135,7 +135,9 @@ def moving(loader: Any) -> Callable[[Any], Any] | None:
 
 def rows_of(loader: Any) -> Callable[[Any], int]:
     """How many samples a batch of ``loader`` holds (one a step with ``batch_size=None``, unless the dataset
-    yields batches itself)."""
+    yields batches itself; a torchdata.nodes graph's source reads lists of its root's items)."""
+    if loader.kind.pipeline is not None:
+        return len
     library = loader.kind.library
     batched = library is not None and library.yields_batches
     return batch_length if loader.batch_size is not None or batched else _one

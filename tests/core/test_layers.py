@@ -164,9 +164,15 @@ def test_the_top_level_is_the_seed_the_entry_points_and_what_users_write() -> No
     assert not hasattr(lightning_shard, "ShardingMixin")
 
 
-_KIND_TYPES = {"IterableDataset", "IterableDatasetShard", "NativeStreamShard", "ShardableStream"}
+_KIND_TYPES = {
+    "IterableDataset", "IterableDatasetShard", "NativeStreamShard", "ShardableStream",
+    "BaseNode", "Loader", "SamplerWrapper", "IterableWrapper", "MultiNodeWeightedSampler",
+}  # fmt: skip
 _RECOGNISERS = {
     "is_hugging_face",
+    "is_node_graph",
+    "read_graph",
+    "classify_iterable",
     "self_split",
     "recognise",
     "declared",
@@ -176,7 +182,8 @@ _RECOGNISERS = {
 }
 _CLASSIFIER = {"loaders/kinds.py"}
 _LIBRARY_MODULES = {
-    "sampling/self_split.py", "sampling/litdata_stream.py", "sampling/webdataset_stream.py", "sampling/mosaic_stream.py"
+    "sampling/self_split.py", "sampling/litdata_stream.py", "sampling/webdataset_stream.py", "sampling/mosaic_stream.py",
+    "sampling/torchdata_nodes.py",
 }  # fmt: skip
 
 
@@ -205,9 +212,10 @@ def test_only_the_classifier_inspects_the_kind_of_data() -> None:
     after inspects a dataset's or library's type to find it out again (the recognisers of the libraries are
     called by the classifier only; ``prepare.py`` calls ``classify``, a directly built loader ``classify_built``)."""
     callers = {
-        "prepare.py": {"classify(...)"},
+        "prepare.py": {"classify(...)", "classify_iterable(...)"},
         "loaders/shard.py": {"classify_built(...)"},
         "lightning/stages.py": {"is_stream(...)"},
+        "lightning/sharding.py": {"classify_iterable(...)"},
     }
     found = {}
     for path in PACKAGE.rglob("*.py"):

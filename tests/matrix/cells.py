@@ -31,6 +31,7 @@ AXES: dict[str, tuple[object, ...]] = {
         "mosaic",
         "subclass",
         "unbatched",
+        "nodes",
     ),
     "sampler": ("default", "bucketing", "max_tokens", "weighted", "weighted_gen", "filtering", "global_rng"),
     "workers": (0, 2),
@@ -56,7 +57,9 @@ AXES: dict[str, tuple[object, ...]] = {
 sequential; a stream strided over the processes; one split among ``DataLoader`` workers by the dataset;
 one sharded natively (``n_shards`` / ``shard()``); a Hugging Face ``datasets`` stream; one that splits
 itself by rank (``splits_by_rank``); a webdataset pipeline split by ``split_by_node`` and a mosaicml-streaming
-``StreamingDataset`` (real libraries, on local files); a user's ``DataLoader`` subclass; ``batch_size=None``. ``feature``:
+``StreamingDataset`` (real libraries, on local files); a user's ``DataLoader`` subclass; ``batch_size=None``;
+a torchdata.nodes ``Loader`` rooted in a ``SamplerWrapper`` over a ``RandomSampler`` (``workers``: its
+``ParallelMapper``'s threads; ``tests/scripts/matrix_fit.py``, ``node_graph``). ``feature``:
 one Trainer feature (``onecycle`` sizes a ``OneCycleLR`` from ``trainer.strategy.estimated_scheduler_steps``,
 ``onecycle_lightning`` from ``trainer.estimated_stepping_batches``; ``early_exit`` leaves every epoch
 after ``EXIT_AFTER`` batches, by ``on_train_batch_start`` returning -1 or, in Fabric, ``break``).
@@ -99,7 +102,7 @@ SAMPLER_LOADERS = ("shuffled", "seedable", "subclass")
 """The loaders a user's sampler goes in: ``DataLoader(dataset, batch_size, sampler=...)`` (or
 ``batch_sampler=...``), with ``use_seedable_sampler`` (``seedable``), or a user's ``DataLoader`` subclass."""
 
-MAP_STYLE = ("shuffled", "seedable", "sequential", "subclass", "unbatched")
+MAP_STYLE = ("shuffled", "seedable", "sequential", "subclass", "unbatched", "nodes")
 STREAMS = ("strided", "worker_split", "native", "hf", "self_split", "webdataset", "mosaic")
 UNSIZED = ("worker_split", "native", "hf", "self_split", "webdataset", "mosaic")
 """Streams without ``len()`` (a natively sharded loader has none: its processes' shares differ)."""
@@ -116,7 +119,7 @@ SPLITS_ITSELF = {
 """The streams that split themselves by rank, and how the refusal to dispatch one names it."""
 TRAINER_ONLY = ("accumulate", "limit", "val_float", "reload", "combined", "onecycle", "onecycle_lightning")
 PARTIAL_EPOCH = ("limit", "early_exit")
-SHUFFLED = ("shuffled", "seedable", "subclass", "unbatched")
+SHUFFLED = ("shuffled", "seedable", "subclass", "unbatched", "nodes")
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,8 @@ def invalid(cell: Cell) -> str | None:
         return "a Trainer feature in a Fabric loop"
     if cell.strategy == "fabric" and cell.interrupt == "validation":
         return "the Fabric loop has no validation"
+    if cell.strategy == "fabric" and cell.loader == "nodes":
+        return "Fabric's `setup_dataloaders` takes `DataLoader`s only"
     if cell.restart_devices not in (1, 2, 3):
         return "at most 3 processes on 2 cores"
     if cell.loader == "strided" and (cell.workers or cell.restart_num_workers):
@@ -245,6 +250,8 @@ def refusal(cell: Cell) -> str | None:
         return "`split_batches=True` needs the batch size of the"  # NOTE: its batches have no one size
     if cell.loader == "unbatched" and cell.mode == "dispatch":
         return "`dispatch_batches=True` with `DataLoader(batch_size=None)`"
+    if cell.loader == "nodes" and cell.mode == "dispatch":
+        return "`dispatch_batches=True` with the torchdata.nodes graph"
     if (
         cell.loader in SPLITS_ITSELF
         and cell.mode == "dispatch"
@@ -421,7 +428,7 @@ is a combination the all-pairs design need not hold again, and a rule is checked
 reaches it."""
 
 
-def matrix(seed: int = 0, candidates: int = 30, tries: int = 300) -> list[Cell]:
+def matrix(seed: int = 0, candidates: int = 30, tries: int = 1000) -> list[Cell]:
     """Valid cells covering every pair of axis values some valid cell holds (greedy, seeded), then
     ``REGRESSIONS``.
 

@@ -45,7 +45,7 @@ def test_the_matrix_covers_every_pair_of_values_a_valid_cell_holds() -> None:
         if invalid(cell) is None:
             pairs = set(combinations([(a, getattr(cell, a)) for a in AXES], 2))
             assert pairs <= covered, f"{cell.id}: {sorted(pairs - covered)[:3]} not covered"
-    assert 50 < len(cells) < 150, "about 130 cells: the whole matrix runs in about 40 minutes"
+    assert 50 < len(cells) < 170, "about 155 cells: the whole matrix runs in about 45 minutes"
 
 
 def test_the_matrix_and_the_sample_are_seeded() -> None:

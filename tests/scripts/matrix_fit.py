@@ -36,7 +36,14 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import CombinedLoader
 from torch import Tensor, nn
-from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler, WeightedRandomSampler
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    RandomSampler,
+    Sampler,
+    WeightedRandomSampler,
+    default_collate,
+)
 
 import lightning_shard  # noqa: F401 - registers the "shard" strategies
 from lightning_shard import ShardFabricStrategy, ShardModelParallelStrategy, ShardStrategy
@@ -244,6 +251,7 @@ def train_loader(cell: Cell, workers: int) -> Any:
         "self_split": lambda: DataLoader(RankSplitIdStream(id_shards(SHARDS)), batch, **_workers(workers)),
         "webdataset": lambda: DataLoader(_webdataset(), batch, **_workers(workers)),
         "mosaic": lambda: DataLoader(_mosaic(cell), batch, **_workers(workers)),
+        "nodes": lambda: node_graph(count, batch, workers),
     }
     data = kinds[cell.loader]() if cell.sampler == "default" else _own_sampler(cell, workers)
     if cell.feature == "combined":
@@ -251,6 +259,15 @@ def train_loader(cell: Cell, workers: int) -> Any:
         other = DataLoader(IdMap(20 if cell.even else 18), batch, shuffle=True, **_workers(workers))
         return CombinedLoader({"a": data, "b": other}, mode="max_size_cycle")
     return data
+
+
+def node_graph(count: int, batch: int, workers: int) -> Any:
+    """A torchdata.nodes ``Loader``: shuffled ids, each loaded by a ``ParallelMapper`` (``workers`` threads),
+    batched (keeping the short last batch) and collated, as ``DataLoader(IdMap(count), batch, shuffle=True)``."""
+    from torchdata.nodes import Batcher, Loader, ParallelMapper, SamplerWrapper
+
+    items = ParallelMapper(SamplerWrapper(RandomSampler(range(count))), IdMap(count).__getitem__, workers)
+    return Loader(ParallelMapper(Batcher(items, batch_size=batch, drop_last=False), default_collate, 0))
 
 
 def _hf() -> Any:

@@ -1,0 +1,128 @@
+"""A torchdata.nodes graph rebuilt over the items one process reads (docs/DESIGN.md, "torchdata.nodes"): its
+root becomes a ``FeedNode`` that takes the items the loader's thread hands it, step by step, and its ``Batcher``
+a ``FeedBatcher`` that groups them by the step they were handed in; every other node is built again as the
+user built it. The user's graph is never iterated or changed."""
+
+from __future__ import annotations
+
+import collections
+import queue
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from torchdata.nodes import BaseNode, ParallelMapper, PinMemory, Prefetcher
+
+_END = object()
+
+
+class Feed:
+    """What the loader's thread hands a rebuilt graph: each step's items, in order, and each step's size
+    (read by ``FeedBatcher`` from the graph's threads: a ``queue.SimpleQueue`` and a ``deque`` are safe there)."""
+
+    def __init__(self) -> None:
+        self._items: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._sizes: collections.deque[int] = collections.deque()
+
+    def put(self, items: Sequence[Any]) -> None:
+        """Hand over one step's items (its size first, so the step is known before any of its items)."""
+        self._sizes.append(len(items))
+        for item in items:
+            self._items.put(item)
+
+    def close(self) -> None:
+        """No more steps: a graph reading on gets ``StopIteration`` (its threads end)."""
+        self._items.put(_END)
+
+    def take(self) -> Any:
+        """The next item; ``StopIteration`` once closed (again at every later call)."""
+        item = self._items.get()
+        if item is _END:
+            self._items.put(_END)
+            raise StopIteration
+        return item
+
+    def step_size(self) -> int:
+        """The size of the oldest step whose items are not grouped yet."""
+        return self._sizes.popleft()
+
+
+class FeedNode(BaseNode[Any]):
+    """The rebuilt graph's root: the items the loader's thread handed to ``feed``."""
+
+    def __init__(self, feed: Feed) -> None:
+        super().__init__()
+        self.feed = feed
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+
+    def next(self) -> Any:
+        return self.feed.take()
+
+    def get_state(self) -> dict[str, Any]:
+        return {}
+
+
+class FeedBatcher(BaseNode[list[Any]]):
+    """The rebuilt graph's ``Batcher``: one batch of each step's items, however many the step had (a sharded
+    step may hold fewer than the user's ``batch_size``: ``split_batches``, the epoch's last)."""
+
+    def __init__(self, source: BaseNode[Any], feed: Feed) -> None:
+        super().__init__()
+        self.source = source
+        self.feed = feed
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        self.source.reset(None if initial_state is None else initial_state["source"])
+
+    def next(self) -> list[Any]:
+        # NOTE: the first item first: once it arrived, its step's size was handed over before it.
+        batch = [next(self.source)]
+        size = self.feed.step_size()
+        while len(batch) < size:
+            batch.append(next(self.source))
+        return batch
+
+    def get_state(self) -> dict[str, Any]:
+        return {"source": self.source.state_dict()}
+
+
+def _mapper(user: Any, source: BaseNode[Any], feed: Feed) -> BaseNode[Any]:
+    # NOTE: with `prebatch`, torchdata keeps the user's function inside a `MapOverBatch`.
+    map_fn = user.map_fn if user.prebatch is None else user.map_fn.map_fn
+    return ParallelMapper(
+        source,
+        map_fn,
+        num_workers=user.num_workers,
+        in_order=user.in_order,
+        method=user.method,
+        multiprocessing_context=user.multiprocessing_context,
+        max_concurrent=user.max_concurrent,
+        snapshot_frequency=user.snapshot_frequency,
+        prebatch=user.prebatch,
+    )
+
+
+def _pin_memory(user: Any, source: BaseNode[Any], feed: Feed) -> BaseNode[Any]:
+    # NOTE: torchdata keeps the device only privately (`""` when none was given); read, never written.
+    return PinMemory(source, getattr(user, "_pin_memory_device", None) or "", user.snapshot_frequency)
+
+
+_REBUILD: dict[str, Callable[[Any, BaseNode[Any], Feed], BaseNode[Any]]] = {
+    "Batcher": lambda user, source, feed: FeedBatcher(source, feed),
+    "ParallelMapper": _mapper,
+    "Prefetcher": lambda user, source, feed: Prefetcher(
+        source, user.prefetch_factor, user.snapshot_frequency
+    ),
+    "PinMemory": _pin_memory,
+}
+"""How each node of ``torchdata_nodes.PASSING`` is built again over a new source."""
+
+
+def rebuilt(nodes: Sequence[Any], feed: Feed) -> BaseNode[Any]:
+    """``nodes`` (from the top down) built again over a ``FeedNode`` of ``feed``."""
+    node: BaseNode[Any] = FeedNode(feed)
+    for user in reversed(nodes):
+        node = _REBUILD[type(user).__name__](user, node, feed)
+    return node
