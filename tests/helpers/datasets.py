@@ -274,3 +274,17 @@ class DeclaredOwnRandomMaskedTokenStream(OwnRandomMaskedTokenStream):
     """``OwnRandomMaskedTokenStream`` declaring that every process reads the same stream."""
 
     splits_by_rank = False
+
+
+class MaskedIdStream(IterableDataset):
+    """The ids ``0 .. length - 1`` split among ``DataLoader`` workers, each element ``(id, two random integers)``
+    drawn in ``__iter__`` from torch's global generator: the same stream on every process only if the draws
+    are made alike (nothing names the element, so it is compared by whole contents)."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __iter__(self) -> Iterator[object]:
+        workers, worker = worker_split()
+        for index in range(worker, self.length, workers):
+            yield index, torch.randint(0, 1000, (2,))

@@ -24,6 +24,7 @@ AXES: dict[str, tuple[object, ...]] = {
         "sequential",
         "strided",
         "worker_split",
+        "masked",
         "native",
         "hf",
         "self_split",
@@ -54,7 +55,9 @@ AXES: dict[str, tuple[object, ...]] = {
     "restart_workers": ("same", "other"),
 }
 """Every axis and its values. ``loader``: map-style shuffled / seedable (``use_seedable_sampler``) /
-sequential; a stream strided over the processes; one split among ``DataLoader`` workers by the dataset;
+sequential; a stream strided over the processes; one split among ``DataLoader`` workers by the dataset, and
+the same with a random integer drawn from torch's generator in each element (``masked``: compared by
+whole contents, which the package makes alike on every process);
 one sharded natively (``n_shards`` / ``shard()``); a Hugging Face ``datasets`` stream; one that splits
 itself by rank (``splits_by_rank``); a webdataset pipeline split by ``split_by_node`` and a mosaicml-streaming
 ``StreamingDataset`` (real libraries, on local files); a user's ``DataLoader`` subclass; ``batch_size=None``;
@@ -103,8 +106,8 @@ SAMPLER_LOADERS = ("shuffled", "seedable", "subclass")
 ``batch_sampler=...``), with ``use_seedable_sampler`` (``seedable``), or a user's ``DataLoader`` subclass."""
 
 MAP_STYLE = ("shuffled", "seedable", "sequential", "subclass", "unbatched", "nodes")
-STREAMS = ("strided", "worker_split", "native", "hf", "self_split", "webdataset", "mosaic")
-UNSIZED = ("worker_split", "native", "hf", "self_split", "webdataset", "mosaic")
+STREAMS = ("strided", "worker_split", "masked", "native", "hf", "self_split", "webdataset", "mosaic")
+UNSIZED = ("worker_split", "masked", "native", "hf", "self_split", "webdataset", "mosaic")
 """Streams without ``len()`` (a natively sharded loader has none: its processes' shares differ)."""
 SHARES = ("native", "hf", "self_split", "webdataset", "mosaic")
 """Streams read as per-process shares (whole pieces, or the dataset's own split by rank): every id of

@@ -51,6 +51,7 @@ from tests.helpers.datasets import (
     IdMap,
     IdShardsStream,
     IdStream,
+    MaskedIdStream,
     RankSplitIdStream,
     WorkerSplitIdStream,
     id_shards,
@@ -246,6 +247,7 @@ def train_loader(cell: Cell, workers: int) -> Any:
         "unbatched": lambda: DataLoader(IdMap(count), batch_size=None, shuffle=True, **_workers(workers)),
         "strided": lambda: DataLoader(IdStream(count), batch),
         "worker_split": lambda: DataLoader(WorkerSplitIdStream(count), batch, **_workers(workers)),
+        "masked": lambda: DataLoader(MaskedIdStream(count), batch, **_workers(workers)),
         "native": lambda: DataLoader(IdShardsStream(id_shards(SHARDS)), batch, **_workers(workers)),
         "hf": lambda: DataLoader(_hf(), batch, **_workers(workers)),
         "self_split": lambda: DataLoader(RankSplitIdStream(id_shards(SHARDS)), batch, **_workers(workers)),
@@ -287,7 +289,9 @@ def read_ids(batch: Any) -> dict[str, Any]:
 
 
 def _ids(batch: Any) -> list[int]:
-    value = batch["id"] if isinstance(batch, dict) else batch
+    value = (
+        batch["id"] if isinstance(batch, dict) else batch[0] if isinstance(batch, (list, tuple)) else batch
+    )
     return torch.as_tensor(value).reshape(-1).tolist()
 
 
