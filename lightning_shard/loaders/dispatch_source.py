@@ -22,6 +22,7 @@ from lightning_shard.sampling.balance import chunk
 from lightning_shard.sampling.batch_shard import plain_batches
 from lightning_shard.sampling.native_stream import STRIDED_STREAM
 from lightning_shard.sampling.own_sampler import generator_of, seeded_order
+from lightning_shard.sampling.samplers import pass_epoch
 
 
 class DispatchSource(BatchSource):
@@ -228,8 +229,8 @@ class DispatchSource(BatchSource):
         cursor, dataset = self.loader.cursor, cast(Any, self.loader.dataset)
         if cursor is not None:
             cursor.set_epoch(epoch)
-        elif callable(getattr(dataset, "set_epoch", None)):
-            dataset.set_epoch(epoch)
+        else:
+            pass_epoch(dataset, epoch)
 
     def generator(self) -> torch.Generator | None:
         """The sampler's generator, or an iterable dataset's (the reference's convention)."""

@@ -15,7 +15,7 @@ from lightning_shard.loaders.main_draws import epoch_seed, fetch_seed, fetches_m
 from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.source import Batches, ShardSource, marked_last, moving
 from lightning_shard.sampling.own_sampler import seeded_order
-from lightning_shard.sampling.samplers import forward_epoch
+from lightning_shard.sampling.samplers import forward_epoch, pass_epoch
 
 
 class MapSource(ShardSource):
@@ -101,10 +101,7 @@ class PlainSource(ShardSource):
         )
 
     def set_epoch(self, epoch: int) -> None:
-        dataset: Any = self.loader.dataset
-        if callable(getattr(dataset, "set_epoch", None)):
-            dataset.set_epoch(epoch)
-        else:
+        if not pass_epoch(self.loader.dataset, epoch):
             forward_epoch(self.loader.batch_sampler, epoch)
 
 

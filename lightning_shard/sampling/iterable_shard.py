@@ -15,6 +15,7 @@ from lightning_shard._checks import (
     check_process_index,
     check_split_batch_size,
 )
+from lightning_shard.sampling.samplers import pass_epoch, takes_epoch
 from lightning_shard.sampling.stream_fingerprint import Fingerprinted, checked_step, fingerprint
 
 
@@ -85,8 +86,7 @@ class IterableDatasetShard(IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """Record ``epoch`` and forward it to the dataset when it takes one."""
         self.epoch = epoch
-        if callable(getattr(self.dataset, "set_epoch", None)):
-            self.dataset.set_epoch(epoch)
+        pass_epoch(self.dataset, epoch)
 
     def __len__(self) -> int:
         """Elements this process yields; exact for ``split_batches`` too (unlike the reference)."""
@@ -108,7 +108,7 @@ class IterableDatasetShard(IterableDataset):
         # NOTE: as the reference, a dataset with a generator but no `set_epoch` is re-seeded with the
         # epoch, so every process draws the same stream.
         generator = getattr(self.dataset, "generator", None)
-        if not callable(getattr(self.dataset, "set_epoch", None)) and isinstance(generator, torch.Generator):
+        if not takes_epoch(self.dataset) and isinstance(generator, torch.Generator):
             generator.manual_seed(self.epoch)
 
     def resume(self, skip_steps: int = 0, skip_elements: int = 0) -> None:

@@ -10,6 +10,7 @@ from typing import Any, Final, Literal, Protocol, TypeAlias, get_args, runtime_c
 
 from torch.utils.data import IterableDataset, get_worker_info
 
+from lightning_shard.sampling.samplers import pass_epoch
 from lightning_shard.sampling.self_split import SelfSplit
 
 IterableSharding: TypeAlias = Literal["auto", "native", "stride"]
@@ -125,8 +126,8 @@ class NativeStreamShard(IterableDataset):
         self.epoch = epoch
         if self.library is not None:
             self.library.set_epoch(epoch)
-        elif callable(getattr(self.share, "set_epoch", None)):
-            self.share.set_epoch(epoch)
+        else:
+            pass_epoch(self.share, epoch)
 
     def before_pass(self) -> None:
         """In the loader's process, before each pass over the share (``SelfSplit.before_pass``)."""
@@ -161,8 +162,7 @@ class WorkerSplitStream(IterableDataset):
 
     def set_epoch(self, epoch: int) -> None:
         """Forward ``epoch`` to the dataset when it takes one."""
-        if callable(getattr(self.dataset, "set_epoch", None)):
-            self.dataset.set_epoch(epoch)
+        pass_epoch(self.dataset, epoch)
 
     def __iter__(self) -> Iterator[Any]:
         return iter(worker_part(self.dataset))

@@ -142,6 +142,19 @@ class SeekableBatchSampler(Protocol):
         ...
 
 
+def takes_epoch(target: Any) -> bool:
+    """Whether ``target`` (a dataset, a sampler) has a ``set_epoch`` of its own: the one place that asks."""
+    return callable(getattr(target, "set_epoch", None))
+
+
+def pass_epoch(target: Any, epoch: int) -> bool:
+    """Set ``epoch`` on ``target`` if it takes one (``takes_epoch``); whether it did."""
+    if takes_epoch(target):
+        target.set_epoch(epoch)
+        return True
+    return False
+
+
 def forward_epoch(child: Any, epoch: int) -> None:
     """Set ``epoch`` on ``child`` and on everything it wraps (``batch_sampler``, ``sampler``), each once
     (docs/DESIGN.md, "Epoch purity"). The walk goes on below an object with a ``set_epoch`` of its own: a
@@ -154,8 +167,7 @@ def forward_epoch(child: Any, epoch: int) -> None:
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
-        if callable(getattr(node, "set_epoch", None)):
-            node.set_epoch(epoch)
+        pass_epoch(node, epoch)
         stack.extend(getattr(node, name, None) for name in ("batch_sampler", "sampler"))
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from lightning_shard.sampling.samplers import pass_epoch
+
 
 class SelfSplit:
     """A dataset that splits itself by rank, as recognised; ``reason`` says how, completing "a dataset
@@ -33,8 +35,7 @@ class SelfSplit:
 
     def set_epoch(self, epoch: int) -> None:
         """Put the dataset at ``epoch``, before each pass (the dataset's own ``set_epoch``, if any)."""
-        if callable(getattr(self.dataset, "set_epoch", None)):
-            self.dataset.set_epoch(epoch)
+        pass_epoch(self.dataset, epoch)
 
     def before_pass(self, epoch: int) -> None:
         """Called in the loader's process before each pass over the dataset (workers included) in ``epoch``."""
