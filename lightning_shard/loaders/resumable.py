@@ -205,7 +205,8 @@ class Resumption:
         # NOTE: another number of processes continues after everything consumed, its steps counted as taken;
         # so does a library that continues the epoch itself (the loader then skips nothing).
         base, base_steps = (saved.consumed, at.steps) if resharded or handed else (at.base, at.base_steps)
-        workers = _stream_epoch_workers(saved, info, self.source.workers())
+        # NOTE: a library that continues the epoch itself deals what is left to any number of workers.
+        workers = None if handed else _stream_epoch_workers(saved, info, self.source.workers())
         library = saved.library if handed else None
         self.pending = replace(
             at, base=base, base_steps=base_steps, workers=workers, ended_at=ends, library=library

@@ -424,6 +424,17 @@ REGRESSIONS = (
     Cell(loader="native", restart="more", kill_at=3),
     Cell(strategy="fabric", loader="hf", workers=2, restart="fewer", devices=3, kill_at=3),
     Cell(loader="self_split", restart="fewer", kill_at=2, victim=1),
+    Cell(
+        strategy="fabric",
+        loader="mosaic",
+        feature="early_exit",
+        interrupt="epoch_end",
+        devices=3,
+        restart="fewer",
+        restart_workers="other",
+        kill_at=2,
+        victim=2,
+    ),
 )
 """Cells of the defects found so far (``tests/matrix/test_matrix.py``, ``KNOWN_DEFECTS``) and of the
 refusal of a mid-epoch state of shares on another count, kept in the matrix whatever the pairs: a defect
