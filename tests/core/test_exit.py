@@ -36,12 +36,12 @@ from torch.nn.parallel import DistributedDataParallel
 from lightning_shard.comm.collectives import destroy_group_at_exit
 from tests.helpers.idle_gloo import idle_gloo_if_asked
 
-idle_gloo_if_asked()
 dist.init_process_group("gloo", rank=0, world_size=1, init_method="file://" + sys.argv[1])
 destroy_group_at_exit()  # NOTE: as the strategies do in `setup_environment`
 model = DistributedDataParallel(nn.Linear(4, 1))
 model(torch.ones(2, 4)).sum().backward()
 dist.destroy_process_group()
+idle_gloo_if_asked()
 # NOTE: a destroyed gloo group still runs (its `shutdown` does nothing): the freshest all-reduce is this one.
 model(torch.ones(2, 4)).sum().backward()
 del model  # NOTE: DDP's reducer drops its reference to the group here, holding the GIL

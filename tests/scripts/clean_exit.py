@@ -5,15 +5,16 @@
 ``LOOP``: ``fabric`` (``ShardFabricStrategy``, a Fabric loop) or ``trainer`` (``ShardStrategy``,
 ``Trainer.fit``). ``DATA``: ``map`` (a shuffled map-style dataset) or ``stream`` (a stream its workers
 split: the stream end agreement runs at every fetch), read by 2 ``DataLoader`` workers. ``PHASE``: ``stop``
-trains ``STOP_AT`` steps and saves everything (``fabric.save``, a ``ModelCheckpoint``), Fabric then a
-backward more; ``resume``, a new launch, loads that save and trains to the end of the epoch. Each process
-writes the ids of the steps it trained up to the save or the epoch's end (``PHASE_rankR.json``).
+trains ``STOP_AT`` steps and saves everything (``fabric.save``, a ``ModelCheckpoint``); ``resume``, a new
+launch, loads that save and trains to the end of the epoch. Each process writes the ids of the steps it
+trained (``PHASE_rankR.json``).
 
 The script ends as users' scripts do. ``stop`` calls ``dist.destroy_process_group()`` itself while its
 model is still alive (freed when ``main`` returns): the order in which plain DDP's gloo group can be freed
 by DDP's reducer, holding the GIL, and hang (docs/DESIGN.md, "No hangs"). ``resume`` leaves the group to
-the strategy. With ``LIGHTNING_SHARD_TEST_IDLE_GLOO=1`` the race at the end is forced
-(``tests/helpers/idle_gloo.py``).
+the strategy. A Fabric loop takes one backward more after its record, right before its end; with
+``LIGHTNING_SHARD_TEST_IDLE_GLOO=1`` the race at the end is forced there (``tests/helpers/idle_gloo.py``;
+after the fit for a ``Trainer``, which has already let DDP go).
 """
 
 from __future__ import annotations
@@ -65,11 +66,12 @@ def fabric_fit(kind: str, devices: int, phase: str, out: Path) -> None:
             fabric.save(out / "fabric.ckpt", state)
             break
     _write(out, phase, fabric.global_rank, steps)
+    idle_gloo_if_asked()
+    # NOTE: a backward more, then the end: nothing waits between DDP's last all-reduce and the end (the loader's
+    # workers, which the loop's end waits for, are gone already). `stop` destroys the group first, under its
+    # live model; `resume` leaves it to the strategy.
+    fabric.backward(nn.functional.mse_loss(model(batch["x"]), batch["y"]))
     if phase == "stop":
-        # NOTE: one step more, then the end, as a job stopped between two saves: nothing waits between
-        # DDP's last all-reduce and the script's own `destroy_process_group()` (the loader's workers, which
-        # the loop's end waits for, are gone already).
-        fabric.backward(nn.functional.mse_loss(model(batch["x"]), batch["y"]))
         dist.destroy_process_group()
 
 
@@ -84,6 +86,7 @@ def trainer_fit(kind: str, devices: int, phase: str, out: Path) -> None:
     module = _StepIds(str(out))
     fit.fit(module, data(kind), ckpt_path=checkpoints / "stop.ckpt" if phase == "resume" else None)
     _write(out, phase, fit.global_rank, [ids for *_, ids in module.records["train"]])
+    idle_gloo_if_asked()
     if phase == "stop":
         dist.destroy_process_group()
 
@@ -98,7 +101,6 @@ def _write(out: Path, phase: str, rank: int, steps: list[Any]) -> None:
 
 
 def main(loop: str, kind: str, devices: int, phase: str, out: Path) -> None:
-    idle_gloo_if_asked()
     out.mkdir(parents=True, exist_ok=True)
     run = fabric_fit if loop == "fabric" else trainer_fit
     run(kind, devices, phase, out)
