@@ -61,14 +61,34 @@ def communication_device() -> torch.device:
     return torch.device("cpu")
 
 
-@functools.cache
+_HELD_GROUPS: list[dist.ProcessGroup] = []
+"""The default groups ``destroy_group_at_exit`` was called under, held until ``_destroy_default_group`` runs."""
+
+
 def destroy_group_at_exit() -> None:
-    """Destroy the default process group when the interpreter exits, if it is still initialised (once): a
-    gloo group left to the teardown aborts now and then (exit 134) when rank 0, which hosts the store, exits
-    while another rank is still connected. Lightning registers this for NCCL only."""
+    """Hold the default process group from now on; when the interpreter exits, destroy it if it is still
+    initialised, then let it go (docs/DESIGN.md, "No hangs"). Lightning registers such a destroy for NCCL only.
+
+    Whoever drops a gloo group's last reference joins its threads, and one of them may still need the GIL
+    to free DDP's last gradient all-reduce (pytorch#56297). DDP's reducer drops its reference holding the
+    GIL: a hang when it is the last one (a script that destroyed the group while its model was alive). The
+    Python object held here goes last, and its destructor releases the GIL; so the threads also end before
+    the interpreter's teardown, where one that still needs the GIL aborts the process (exit 134).
+    """
+    world = dist.group.WORLD if is_distributed() else None
+    if world is not None and not any(held is world for held in _HELD_GROUPS):
+        _HELD_GROUPS.append(world)
+    _register_destroy()
+
+
+@functools.cache
+def _register_destroy() -> None:
     atexit.register(_destroy_default_group)
 
 
 def _destroy_default_group() -> None:
     if is_distributed():
         dist.destroy_process_group()
+    # NOTE: `clear` drops each group holding the GIL; torch's `ProcessGroup` binding releases it before the
+    # destructor joins the group's threads (`tests/core/test_exit.py` fails if it no longer does).
+    _HELD_GROUPS.clear()

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from lightning_shard import prepare_data_loader
 from tests.docs.blocks import DOCS
+from tests.helpers.dev import needs_dev
 from tests.helpers.dist import run_distributed
 
 FIGURE = runpy.run_path(str(DOCS / "batches_figure.py"))
@@ -45,6 +46,7 @@ def test_the_panels_show_each_option_and_mark_the_padding() -> None:
 
 
 def test_the_build_draws_the_figure_the_page_shows(tmp_path: Any) -> None:
+    needs_dev("mkdocs")  # NOTE: `docs/hooks.py` is a MkDocs hook
     spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
     assert spec is not None and spec.loader is not None
     hooks = importlib.util.module_from_spec(spec)

@@ -8,10 +8,9 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-from readme_renderer.markdown import render
-
 import lightning_shard
 from tests.docs.blocks import README, ROOT
+from tests.helpers.dev import needs_dev
 
 
 class _Links(HTMLParser):
@@ -25,7 +24,7 @@ class _Links(HTMLParser):
 
 def rendered_links(markdown: str) -> list[str]:
     """Every ``href`` / ``src`` of ``markdown`` as the package index renders it."""
-    html = render(markdown, variant="GFM")
+    html = needs_dev("readme_renderer.markdown").render(markdown, variant="GFM")
     assert html is not None, "the README does not render as GitHub-flavoured Markdown"
     parser = _Links()
     parser.feed(html)

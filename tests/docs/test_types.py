@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs.blocks import Block, blocks, files, page_id, pages, steps
+from tests.helpers.dev import needs_dev
 from tests.helpers.runner import ROOT, finish
 
 INLINE = '# mypy: disable-error-code="arg-type, var-annotated"\n'
@@ -63,6 +64,7 @@ def mypy(where: Path, cache: Path) -> tuple[int, str]:
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One mypy cache for the module's runs, started from a copy of the repository's (``make test`` runs
     mypy first), so that the stubs of torch and Lightning are read once at most."""
+    needs_dev("mypy")
     cache = tmp_path_factory.mktemp("mypy") / "cache"
     if (ROOT / ".mypy_cache").is_dir():
         shutil.copytree(ROOT / ".mypy_cache", cache)

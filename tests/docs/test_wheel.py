@@ -20,6 +20,7 @@ import pytest
 import lightning_shard
 from tests.docs.environments import RUN_TIMEOUT, Environments
 from tests.docs.page_runs import DECLARABLE
+from tests.helpers.dev import needs_dev
 from tests.helpers.runner import ROOT, run_command
 
 
@@ -27,6 +28,7 @@ from tests.helpers.runner import ROOT, run_command
 def test_the_wheel_installs_into_a_fresh_venv(
     tmp_path: Path, environments: Environments, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    needs_dev("twine")
     monkeypatch.delenv("PYTHONPATH", raising=False)  # NOTE: nothing of the checkout may leak in
     venv = environments.for_extras(frozenset())
     wheel, sdist = environments.wheel, environments.sdist
@@ -64,8 +66,7 @@ def _check_license(wheel: Path, sdist: Path) -> None:
 def check_metadata(metadata: str) -> None:
     """The wheel's ``METADATA``: classifiers PyPI accepts (a status, the Python versions ``Requires-Python``
     admits), keywords, the issue tracker, and an ``examples`` extra holding what the pages import."""
-    from trove_classifiers import classifiers as accepted
-
+    accepted = needs_dev("trove_classifiers").classifiers
     classifiers = re.findall(r"^Classifier: (.+)$", metadata, re.M)
     assert classifiers and set(classifiers) <= accepted, sorted(set(classifiers) - accepted)
     assert any(c.startswith("Development Status :: ") for c in classifiers)
@@ -82,9 +83,7 @@ def check_metadata(metadata: str) -> None:
 
 def _built_metadata() -> str:
     """The ``METADATA`` the wheel would have, from this tree's ``pyproject.toml`` (no wheel built)."""
-    from build.util import project_wheel_metadata
-
-    return project_wheel_metadata(ROOT, isolated=False).as_string()
+    return needs_dev("build.util").project_wheel_metadata(ROOT, isolated=False).as_string()
 
 
 def test_the_metadata_check_finds_a_classifier_pypi_refuses() -> None:

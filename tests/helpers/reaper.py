@@ -48,6 +48,20 @@ def marked(mark: str) -> list[int]:
     return found
 
 
+def alive(mark: str) -> list[str]:
+    """``PID STATE COMMAND`` of each living process carrying ``mark`` (a zombie carries none: its environment
+    is gone)."""
+    found = []
+    for pid in marked(mark):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):  # ended meanwhile
+            continue
+        found.append(f"{pid} {state} {command.strip()[:200]}")
+    return found
+
+
 def kill_marked(mark: str) -> None:
     """SIGKILL every process carrying ``mark``, in any session."""
     for pid in marked(mark):

@@ -16,12 +16,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 import pytest
 
-from tests.helpers.reaper import kill_group, kill_marked, new_mark
+from tests.helpers.reaper import alive, kill_group, kill_marked, new_mark
 
 ROOT = Path(__file__).parents[2]
 """The repository root: scripts run from there as modules (``python -m tests.scripts.NAME``)."""
@@ -91,6 +92,25 @@ def finish(
     Returns its exit code and output. Whatever it started and left running is killed, on success too.
     ``base_env``: the environment to start from (default: this process's).
     """
+    ended = run_to_end(command, timeout, cwd, base_env)
+    return ended.returncode, ended.output
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A launch that ended: its exit code, its output, and what it left alive (killed since)."""
+
+    returncode: int
+    output: str
+    left: list[str]
+    """Each process of the launch (``PID STATE COMMAND``) still alive once its command had exited and every
+    process holding its output had ended."""
+
+
+def run_to_end(
+    command: list[str], timeout: float, cwd: Path = ROOT, base_env: Mapping[str, str] | None = None
+) -> Ended:
+    """``finish``, which also says what the launch left alive."""
     mark = new_mark()
     base = os.environ if base_env is None else base_env
     env = {**base, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "default", mark: "1"}
@@ -114,15 +134,17 @@ def finish(
             # before what is left is killed, or its exit status becomes -9 (seen under load).
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=timeout)
+        left = alive(mark)
     finally:
         kill_all(process.pid, mark)
     text = output.text()
     if not ended:
         spent = time.monotonic() - start
         pytest.fail(
-            f"`{' '.join(command)}` hung: no output for {timeout}s (after {spent:.0f}s):\n{text[-6000:]}"
+            f"`{' '.join(command)}` hung: no output for {timeout}s (after {spent:.0f}s); alive then: {left}"
+            f"\n{text[-6000:]}"
         )
-    return process.wait(), text
+    return Ended(process.wait(), text, left)
 
 
 def kill_all(pid: int, mark: str) -> None:

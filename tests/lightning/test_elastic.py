@@ -13,7 +13,9 @@ samples of the epoch). Every process the test started is ended afterwards, on su
 
 The first scenario runs with torch's default store sharing, so the strategy's warning about it shows (a
 job that could not grow); shrinking works without the setting. The others set
-``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, which growing needs.
+``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, which growing needs. ``make test`` runs the killed worker (2 -> 2);
+the agent that leaves and the one that joins, restarts onto other numbers of processes, are marked ``long``
+(``tests/lightning/test_unit.py`` checks the warning's text).
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ def job(tmp_path: Path) -> Iterator[Job]:
         run.end()
 
 
+@pytest.mark.long
 def test_an_agent_that_leaves_resumes_on_fewer_processes(job: Job) -> None:
     """2 -> 1, with torch's default store sharing: the strategy warns (the job could not grow), and
     shrinking works without the setting."""
@@ -113,6 +116,7 @@ def test_an_agent_that_leaves_resumes_on_fewer_processes(job: Job) -> None:
     assert WARNING in job.logs() and f"{SHARING}=1 torchrun --nnodes=1:3" in job.logs()
 
 
+@pytest.mark.long
 def test_an_agent_that_joins_resumes_on_more_processes(job: Job) -> None:
     job.start(), job.start()
     job.wait_for(job.held, "worker holding")

@@ -14,7 +14,10 @@ import torch
 from tests.helpers.runner import run_command, script
 from tests.scripts.own_sampler import ACCUMULATE, LENGTH, MID_WINDOW, SAMPLERS, STOP
 
-pytestmark = pytest.mark.lightning
+# NOTE: `long`: the module's fits take a minute and a half on 2 cores; `make test` covers the user's own
+# samplers a process index at a time (`tests/loaders/test_own_sampler.py`) and in fits, through the sampler
+# axis of the matrix's daily sample.
+pytestmark = [pytest.mark.lightning, pytest.mark.long]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ process has taken its first step (``armed_rank{r}.json`` records when).
 
 Every process writes, flushed at each step, the sample ids of each training step it finished
 (``steps_rank{r}.jsonl``), so the records of a killed process survive it; and, when its fit fails,
-what it raised and when (``failure_rank{r}.json``).
+what it raised (its class and bases), its message and when (``failure_rank{r}.json``).
 """
 
 from __future__ import annotations
@@ -118,7 +118,9 @@ def fit_or_record_failure(
     try:
         fit.fit(*args, **kwargs)
     except Exception as error:
-        record = {"time": time.time(), "error": type(error).__name__, "message": str(error)[:2000]}
+        # NOTE: the class and its bases ("DistBackendError", "RuntimeError", ...): tests check the kind of error.
+        kinds = [kind.__name__ for kind in type(error).__mro__]
+        record = {"time": time.time(), "error": kinds[0], "kinds": kinds, "message": str(error)[:2000]}
         (out / f"failure_rank{fit.global_rank}.json").write_text(json.dumps(record))
         if reraise:
             raise
