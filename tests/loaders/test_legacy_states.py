@@ -1,5 +1,5 @@
 """Every released version's loader states stay loadable (docs/DESIGN.md, "Global state"): states written by
-0.2.0 and 0.3.0 mid-epoch on 2 processes, one per kind of data and mode (``tests/data/legacy/``, written by
+0.2.0, 0.3.0 and 0.4.0 mid-epoch on 2 processes, one per kind of data and mode (``tests/data/legacy/``, written by
 ``tests/scripts/legacy_states.py`` against each release's code), resumed by this code on 2 processes exactly
 as the release itself went on, and on 1 process with every id of the epoch read once (or refused, by name,
 where the kind's position does not carry over: shares read on another number of processes)."""
@@ -57,10 +57,11 @@ def on_one() -> list[dict[str, Any]]:
     return run_distributed(resume_all, 1, timeout=BOUND)
 
 
-def test_the_records_cover_every_kind_and_mode_of_both_releases() -> None:
-    assert {key.split("/")[0] for key in RECORDS} == {"0.2.0", "0.3.0"}
+def test_the_records_cover_every_kind_and_mode_of_the_releases() -> None:
+    assert {key.split("/")[0] for key in RECORDS} == {"0.2.0", "0.3.0", "0.4.0"}
     assert set(CASES) <= {record["case"] for record in RECORDS.values() if record["version"] == "0.2.0"}
-    assert set(ALL_CASES) == {record["case"] for record in RECORDS.values() if record["version"] == "0.3.0"}
+    for version in ("0.3.0", "0.4.0"):
+        assert set(ALL_CASES) == {record["case"] for record in RECORDS.values() if record["version"] == version}
 
 
 @pytest.mark.parametrize("key", sorted(RECORDS))
