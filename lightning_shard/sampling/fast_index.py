@@ -13,12 +13,17 @@ from functools import partial
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+from torch.utils.data import RandomSampler, SequentialSampler
 
 from lightning_shard.sampling.balance import EvenBatches, chunk, is_balanced, tail_steps
 from lightning_shard.sampling.own_sampler import own_generator
 from lightning_shard.sampling.permutation import KeyedPermutation
-from lightning_shard.sampling.samplers import _CHUNK_POSITIONS, ScalableRandomSampler, SeedableRandomSampler
+from lightning_shard.sampling.samplers import (
+    _CHUNK_POSITIONS,
+    SamplerKind,
+    ScalableRandomSampler,
+    SeedableRandomSampler,
+)
 
 _CHUNK_ROWS = 1024
 
@@ -138,20 +143,15 @@ class ShardLayout:
             yield list(range(begin, begin + width))
 
 
-def _draw_random(sampler: RandomSampler) -> torch.Tensor:
+def _draw_random(sampler: RandomSampler, seedable: bool) -> torch.Tensor:
     """Draw exactly what ``RandomSampler.__iter__`` draws, from the same generator state."""
-    n = len(sampler.data_source)
-    if isinstance(sampler, SeedableRandomSampler):
-        return torch.randperm(n, generator=sampler.reseed())
-    return torch.randperm(n, generator=sampler.generator or own_generator())
+    generator = sampler.reseed() if seedable else sampler.generator or own_generator()  # type: ignore[attr-defined]
+    return torch.randperm(len(sampler.data_source), generator=generator)
 
 
-def _finish_random(sampler: RandomSampler) -> None:
+def _finish_random(sampler: RandomSampler, seedable: bool) -> None:
     """Advance a visible generator as ``RandomSampler`` does after its last index (a discarded draw)."""
-    visible = sampler.generator is not None and not (
-        isinstance(sampler, SeedableRandomSampler) and sampler.owns_generator
-    )
-    if visible:
+    if sampler.generator is not None and not (seedable and sampler.owns_generator):  # type: ignore[attr-defined]
         torch.randperm(len(sampler.data_source), generator=sampler.generator)
 
 
@@ -163,17 +163,16 @@ class EpochOrder:
     finish: Callable[[], None]
 
 
-def fast_epoch_order(batch_sampler: object) -> EpochOrder | None:
-    """The fast path for ``batch_sampler``, or ``None`` when only the generic path is exact."""
-    if type(batch_sampler) is not BatchSampler:
+def fast_epoch_order(kind: SamplerKind) -> EpochOrder | None:
+    """The fast path for a batch sampler of ``kind``, or ``None`` when only the generic path is exact."""
+    sampler: Any = kind.sampler
+    if not kind.exact or kind.known is None:
         return None
-    sampler: Any = batch_sampler.sampler
-    if type(sampler) is ScalableRandomSampler:
+    if kind.known is ScalableRandomSampler:
         return EpochOrder(sampler.order, lambda: None)
-    if type(sampler) is SequentialSampler:
+    if kind.known is SequentialSampler:
         return EpochOrder(lambda: None, lambda: None)  # NOTE: the identity order needs no tensor.
-    if type(sampler) in (RandomSampler, SeedableRandomSampler):
-        if sampler.replacement or sampler.num_samples != len(sampler.data_source):
-            return None
-        return EpochOrder(partial(_draw_random, sampler), partial(_finish_random, sampler))
-    return None
+    if sampler.replacement or sampler.num_samples != len(sampler.data_source):
+        return None
+    seedable = kind.known is SeedableRandomSampler
+    return EpochOrder(partial(_draw_random, sampler, seedable), partial(_finish_random, sampler, seedable))
