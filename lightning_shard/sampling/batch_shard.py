@@ -12,14 +12,13 @@ from torch.utils.data import BatchSampler
 
 from lightning_shard._checks import check_num_processes, check_process_index, check_split_batch_size
 from lightning_shard.sampling.balance import (
-    BALANCED,
     EvenBatches,
     check_even_batches,
     chunk,
     is_balanced,
     tail_steps,
 )
-from lightning_shard.sampling.fast_index import EpochOrder, ShardLayout, fast_epoch_order
+from lightning_shard.sampling.fast_index import FastOrder, ShardLayout, fast_epoch_order
 from lightning_shard.sampling.samplers import KnowsKind, forward_epoch, sampler_kind
 
 
@@ -110,7 +109,7 @@ class BatchSamplerShard(KnowsKind, BatchSampler):
 
     def _balanced_length(self, consumed: int) -> int | None:
         """Samples left once ``consumed`` batches are gone, when the generic path balances its tail."""
-        if self.even_batches != BALANCED or self.drop_last or not self.kind.counted:
+        if self.drop_last or not self.kind.counted:
             return None  # NOTE: a bucketing sampler's batch sizes do not follow from its sampler's length.
         length = max(len(self.sampler) - consumed * self.batch_size, 0)  # type: ignore[operator]
         return length if is_balanced(self.even_batches, length, self.num_processes) else None
@@ -159,14 +158,15 @@ class BatchSamplerShard(KnowsKind, BatchSampler):
         return itertools.islice(self._iter_generic(source, consumed), start, None)
 
     @staticmethod
-    def _iter_fast(layout: ShardLayout, fast: EpochOrder, start: int, consumed: int) -> Iterator[list[int]]:
-        order = fast.draw()
+    def _iter_fast(layout: ShardLayout, fast: FastOrder, start: int, consumed: int) -> Iterator[list[int]]:
+        epoch = fast()
+        order = next(epoch)
         offset = min(consumed * layout.batch_size, layout.length)
         if isinstance(order, torch.Tensor):
             yield from layout.skip(offset).iter_batches(order[offset:], start)
         else:  # NOTE: the identity, or a keyed order: both are evaluated at positions from `offset` on.
             yield from layout.skip(offset).iter_batches(order, start, offset=offset)
-        fast.finish()
+        next(epoch, None)
 
     def _iter_generic(self, source: Iterable[Any] | None = None, consumed: int = 0) -> Iterator[list[int]]:
         """The streaming path, for any batch sampler; ``source`` replaces the wrapped sampler's batches

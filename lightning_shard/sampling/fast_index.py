@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 import torch
-from torch.utils.data import RandomSampler, SequentialSampler
+from torch.utils.data import SequentialSampler
 
 from lightning_shard.sampling.balance import EvenBatches, chunk, is_balanced, tail_steps
 from lightning_shard.sampling.own_sampler import own_generator
@@ -143,36 +143,29 @@ class ShardLayout:
             yield list(range(begin, begin + width))
 
 
-def _draw_random(sampler: RandomSampler, seedable: bool) -> torch.Tensor:
-    """Draw exactly what ``RandomSampler.__iter__`` draws, from the same generator state."""
-    generator = sampler.reseed() if seedable else sampler.generator or own_generator()  # type: ignore[attr-defined]
-    return torch.randperm(len(sampler.data_source), generator=generator)
+FastOrder = Callable[[], Iterator[Order]]
+"""An epoch on the fast path: the iterator yields the epoch's order, then, once resumed at the epoch's end,
+leaves the sampler's generator where the sampler's own iteration would."""
 
 
-def _finish_random(sampler: RandomSampler, seedable: bool) -> None:
-    """Advance a visible generator as ``RandomSampler`` does after its last index (a discarded draw)."""
-    if sampler.generator is not None and not (seedable and sampler.owns_generator):  # type: ignore[attr-defined]
+def _random_epoch(sampler: Any, seedable: bool) -> Iterator[Order]:
+    """Draw exactly what ``RandomSampler.__iter__`` draws, from the same generator state; at the epoch's end,
+    advance a visible generator as it does after its last index (a discarded draw)."""
+    generator = sampler.reseed() if seedable else sampler.generator or own_generator()
+    yield torch.randperm(len(sampler.data_source), generator=generator)
+    if sampler.generator is not None and not (seedable and sampler.owns_generator):
         torch.randperm(len(sampler.data_source), generator=sampler.generator)
 
 
-@dataclass(frozen=True)
-class EpochOrder:
-    """How to draw an epoch's order for a sampler with a fast path, and how to finish the epoch."""
-
-    draw: Callable[[], Order]
-    finish: Callable[[], None]
-
-
-def fast_epoch_order(kind: SamplerKind) -> EpochOrder | None:
+def fast_epoch_order(kind: SamplerKind) -> FastOrder | None:
     """The fast path for a batch sampler of ``kind``, or ``None`` when only the generic path is exact."""
     sampler: Any = kind.sampler
     if not kind.exact or kind.known is None:
         return None
     if kind.known is ScalableRandomSampler:
-        return EpochOrder(sampler.order, lambda: None)
+        return lambda: iter([sampler.order()])
     if kind.known is SequentialSampler:
-        return EpochOrder(lambda: None, lambda: None)  # NOTE: the identity order needs no tensor.
+        return lambda: iter([None])  # NOTE: the identity order needs no tensor.
     if sampler.replacement or sampler.num_samples != len(sampler.data_source):
         return None
-    seedable = kind.known is SeedableRandomSampler
-    return EpochOrder(partial(_draw_random, sampler, seedable), partial(_finish_random, sampler, seedable))
+    return partial(_random_epoch, sampler, kind.known is SeedableRandomSampler)

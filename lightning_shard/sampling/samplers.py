@@ -129,10 +129,6 @@ class OwnOrder:
     """Mixin of a batch sampler of ours over the user's ``batch_sampler`` whose order is drawn from ``generator``,
     re-seeded with ``initial_seed`` and the epoch when that is set (``own_sampler.OwnDraws``)."""
 
-    batch_sampler: Any
-    generator: torch.Generator
-    initial_seed: int | None
-
 
 _KNOWN_ORDERS = (SequentialSampler, RandomSampler, SeedableRandomSampler, ScalableRandomSampler)
 """Index samplers whose order ``fast_index.py`` computes by arithmetic (their exact classes, not subclasses)."""
@@ -179,7 +175,7 @@ class SamplerKind:
 
 def sampler_kind(batch_sampler: Any) -> SamplerKind:
     """The ``SamplerKind`` of ``batch_sampler``: the one place that inspects a batch sampler and its sampler."""
-    own = batch_sampler if isinstance(batch_sampler, OwnOrder) else None
+    own: Any = batch_sampler if isinstance(batch_sampler, OwnOrder) else None
     user = batch_sampler if own is None else own.batch_sampler
     cls, sampler, batch_size = type(user), getattr(user, "sampler", None), getattr(user, "batch_size", None)
     plain = cls.__iter__ is BatchSampler.__iter__ and cls.__len__ is BatchSampler.__len__
@@ -322,10 +318,7 @@ class SampleShard(KnowsKind):
 
     def __init__(self, shard: Any) -> None:
         self.shard = shard
-
-    @property
-    def kind(self) -> SamplerKind:  # type: ignore[override]
-        return self.shard.kind  # type: ignore[no-any-return]
+        self.kind = shard.kind
 
     @property
     def sampler(self) -> Any:
