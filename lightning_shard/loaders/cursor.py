@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from lightning_shard.sampling.samplers import BatchSamplerWrapper, KnowsKind, SeekableBatchSampler
+from lightning_shard.sampling.samplers import BatchSamplerWrapper, SeekableBatchSampler
 
 IndexObserver = Callable[[Iterator[Any]], Iterator[Any]]
 """Wraps one iteration's batches of indices, yielding them on (``ShardAuditCallback``'s ``IndexTap``)."""
@@ -20,9 +20,7 @@ class EpochCursor(BatchSamplerWrapper):
     and ``len()``, are whole epochs again."""
 
     def __init__(self, batch_sampler: Any) -> None:
-        self.batch_sampler = batch_sampler
-        self.kind = KnowsKind.of(batch_sampler)
-        """What the user's batch sampler is: the one a shard of ours decided, else that of ``batch_sampler``."""
+        super().__init__(batch_sampler)
         self.seekable = isinstance(batch_sampler, SeekableBatchSampler)
         self.start = 0
         self.consumed = 0

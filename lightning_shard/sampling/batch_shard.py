@@ -8,7 +8,6 @@ from collections.abc import Iterable, Iterator, Sequence, Sized
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler
 
 from lightning_shard._checks import check_num_processes, check_process_index, check_split_batch_size
 from lightning_shard.sampling.balance import (
@@ -19,10 +18,10 @@ from lightning_shard.sampling.balance import (
     tail_steps,
 )
 from lightning_shard.sampling.fast_index import FastOrder, ShardLayout, fast_epoch_order
-from lightning_shard.sampling.samplers import KnowsKind, forward_epoch, sampler_kind
+from lightning_shard.sampling.samplers import BatchSamplerWrapper, KnowsKind, forward_epoch, sampler_kind
 
 
-class BatchSamplerShard(KnowsKind, BatchSampler):
+class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
     """Shards ``batch_sampler`` so that process ``process_index`` of ``num_processes`` gets its batches.
 
     With ``split_batches=False`` process ``r`` gets global batches ``r, r + N, ...``; with
@@ -61,22 +60,11 @@ class BatchSamplerShard(KnowsKind, BatchSampler):
         self.split_batches = split_batches
         self.even_batches: EvenBatches = check_even_batches(even_batches)
         self.kind = sampler_kind(batch_sampler)
-        """What ``batch_sampler`` is, decided here once; the loader's sources and saved state read it."""
-        self.batch_size: int | None = self.kind.batch_size  # type: ignore[assignment]
-        self.drop_last: bool = self.kind.drop_last
+        """What ``batch_sampler`` is, decided here once (not seen through, as a wrapper's is: the batch sampler
+        itself is sharded); the loader's sources and saved state read it."""
         if split_batches:
             check_split_batch_size(self.batch_size, self.num_processes, "batch sampler")
         self.epoch = 0
-
-    @property
-    def sampler(self) -> Any:  # type: ignore[override]
-        """The index sampler under the wrapped batch sampler, when it has one."""
-        return self.kind.sampler
-
-    @property
-    def total_length(self) -> int:
-        """The number of global batches of the wrapped batch sampler."""
-        return len(self.batch_sampler)
 
     def set_epoch(self, epoch: int) -> None:
         """Record ``epoch`` and forward it to the wrapped batch sampler and its sampler."""

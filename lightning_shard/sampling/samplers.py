@@ -203,11 +203,6 @@ class KnowsKind:
 
     kind: SamplerKind
 
-    @staticmethod
-    def of(batch_sampler: Any) -> SamplerKind:
-        """The kind of the user's batch sampler under ``batch_sampler``: the one it holds, else its own."""
-        return batch_sampler.kind if isinstance(batch_sampler, KnowsKind) else sampler_kind(batch_sampler)
-
 
 @runtime_checkable
 class SeekableBatchSampler(Protocol):
@@ -257,22 +252,34 @@ def forward_epoch(child: Any, epoch: int) -> None:
 
 
 class BatchSamplerWrapper(BatchSampler):  # type: ignore[misc]
-    """Base of batch samplers that wrap another: its ``batch_size``, ``drop_last`` and ``sampler`` show through."""
+    """Base of batch samplers that wrap another (``batch_sampler``): its ``batch_size``, ``drop_last`` and
+    ``sampler`` show through, read from ``kind``, the kind of the user's batch sampler under it."""
 
     batch_sampler: Any
+    kind: SamplerKind
+
+    def __init__(self, wrapped: Any) -> None:
+        self.batch_sampler = wrapped
+        # NOTE: the kind a shard of ours holds (that of the user's batch sampler it shards), else its own.
+        self.kind = wrapped.kind if isinstance(wrapped, KnowsKind) else sampler_kind(wrapped)
 
     @property
     def batch_size(self) -> int | None:  # type: ignore[override]
-        return getattr(self.batch_sampler, "batch_size", None)
+        return self.kind.batch_size
 
     @property
     def drop_last(self) -> bool:  # type: ignore[override]
-        return bool(getattr(self.batch_sampler, "drop_last", False))
+        return self.kind.drop_last
 
     @property
     def sampler(self) -> Any:  # type: ignore[override]
         """The wrapped batch sampler's index sampler, if it has one."""
-        return getattr(self.batch_sampler, "sampler", None)
+        return self.kind.sampler
+
+    @property
+    def total_length(self) -> int:
+        """The number of batches of the wrapped batch sampler."""
+        return len(self.batch_sampler)
 
     def set_epoch(self, epoch: int) -> None:
         """Forward ``epoch`` to the wrapped samplers."""
@@ -294,7 +301,7 @@ class SkipBatchSampler(BatchSamplerWrapper):
     """
 
     def __init__(self, batch_sampler: Any, skip_batches: int = 0) -> None:
-        self.batch_sampler = batch_sampler
+        super().__init__(batch_sampler)
         self.skip_batches = check_non_negative("skip_batches", skip_batches)
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -302,10 +309,6 @@ class SkipBatchSampler(BatchSamplerWrapper):
             yield from self.batch_sampler.iter_from(self.skip_batches)
         else:
             yield from itertools.islice(iter(self.batch_sampler), self.skip_batches, None)
-
-    @property
-    def total_length(self) -> int:
-        return len(self.batch_sampler)
 
     def __len__(self) -> int:
         return max(len(self.batch_sampler) - self.skip_batches, 0)
