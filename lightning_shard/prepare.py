@@ -24,7 +24,7 @@ from lightning_shard.sampling.balance import BALANCED, EvenBatches
 from lightning_shard.sampling.batch_shard import BatchSamplerShard
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.native_stream import IterableSharding, NativeStreamShard, split_among_workers
-from lightning_shard.sampling.own_sampler import generator_of, recorded_batch_sampler
+from lightning_shard.sampling.own_sampler import recorded_batch_sampler
 from lightning_shard.sampling.samplers import SampleShard
 from lightning_shard.sampling.torchdata_nodes import NodesGraph, root_loader
 
@@ -203,7 +203,6 @@ def _map_shard_parts(
         BatchSampler(dataloader.sampler, 1, drop_last=False) if per_sample else user_batch_sampler(dataloader)
     )
     batch_sampler = _recorded(user, options)
-    generator = generator_of(batch_sampler)
     shard = BatchSamplerShard(
         batch_sampler,
         num_processes=topology.num_processes,
@@ -218,7 +217,7 @@ def _map_shard_parts(
         "sampler": {"sampler": shard, "batch_size": None},
     }
     index_source = shapes.get(kind.index_shape, {"batch_sampler": shard})
-    return dataloader.dataset, generator, {"data_seed": options.data_seed, **index_source}
+    return dataloader.dataset, shard.kind.generator, {"data_seed": options.data_seed, **index_source}
 
 
 def _even_batches(options: ShardOptions, topology: Topology, per_sample: bool) -> EvenBatches:

@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from lightning_shard.sampling.samplers import BatchSamplerWrapper, SeekableBatchSampler, forward_epoch
+from lightning_shard.sampling.samplers import BatchSamplerWrapper, SeekableBatchSampler
 
 IndexObserver = Callable[[Iterator[Any]], Iterator[Any]]
 """Wraps one iteration's batches of indices, yielding them on (``ShardAuditCallback``'s ``IndexTap``)."""
@@ -20,21 +20,16 @@ class EpochCursor(BatchSamplerWrapper):
     and ``len()``, are whole epochs again."""
 
     def __init__(self, batch_sampler: Any) -> None:
-        self.batch_sampler = batch_sampler
+        super().__init__(batch_sampler)
+        self.seekable = isinstance(batch_sampler, SeekableBatchSampler)
         self.start = 0
         self.consumed = 0
-        self.epoch = 0
         self.observer: IndexObserver | None = None
         """Wraps each iteration's batches of indices when set (``ShardAuditCallback`` records them)."""
 
     def rewind(self, start: int = 0, consumed: int = 0) -> None:
         """Make the next iteration start at ``start`` after ``consumed`` (both 0: the epoch's start)."""
         self.start, self.consumed = start, consumed
-
-    def set_epoch(self, epoch: int) -> None:
-        """Record ``epoch`` and forward it to the wrapped samplers."""
-        self.epoch = epoch
-        forward_epoch(self.batch_sampler, epoch)
 
     def __iter__(self) -> Iterator[Any]:
         batches = self._batches()
@@ -44,14 +39,14 @@ class EpochCursor(BatchSamplerWrapper):
         # NOTE: taken at the first batch, not at `iter()`: a DataLoader with workers calls `iter()` twice on its
         # first iteration and uses the second.
         start, consumed, self.start, self.consumed = self.start, self.consumed, 0, 0
-        if isinstance(self.batch_sampler, SeekableBatchSampler):
+        if self.seekable:
             yield from self.batch_sampler.iter_from(start, consumed=consumed)
         else:
             yield from itertools.islice(iter(self.batch_sampler), consumed + start, None)
 
     def length_after(self, consumed: int) -> int:
         """This process's batches in an epoch once ``consumed`` batches of the user's sampler are gone."""
-        if isinstance(self.batch_sampler, SeekableBatchSampler):
+        if self.seekable:
             return int(self.batch_sampler.length_after(consumed))
         return max(len(self.batch_sampler) - consumed, 0)
 

@@ -14,14 +14,11 @@ from torch.utils.data import DataLoader
 from lightning_shard.comm.collectives import communication_device
 from lightning_shard.comm.tree import batch_length, concatenate, same_layout, send_to_device, slice_batch
 from lightning_shard.comm.wire import Channel, Status
-from lightning_shard.loaders.map_source import sampler_name
 from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.source import Batches, BatchSource, marked_last
 from lightning_shard.loaders.state import decode_generator_state
 from lightning_shard.sampling.balance import chunk
-from lightning_shard.sampling.batch_shard import plain_batches
 from lightning_shard.sampling.native_stream import STRIDED_STREAM
-from lightning_shard.sampling.own_sampler import generator_of, seeded_order
 from lightning_shard.sampling.samplers import pass_epoch
 
 
@@ -200,7 +197,7 @@ class DispatchSource(BatchSource):
     def _plain(self) -> bool:
         """Whether only the epoch's last batch may be short (a stream's, or a ``BatchSampler``'s batching)."""
         cursor = self.loader.cursor  # NOTE: its batch sampler is a one-process `BatchSamplerShard`
-        return cursor is None or plain_batches(cursor.batch_sampler.batch_sampler)
+        return cursor is None or cursor.kind.plain
 
     def _last_rows(self, base: int) -> int:
         """Rows of the epoch's last batch after ``base`` batches (0: a whole batch, or not known: a bucketing
@@ -222,7 +219,7 @@ class DispatchSource(BatchSource):
             drop_last=user_drop_last(loader),
             batch_size=cursor.batch_size if cursor is not None else loader.batch_size,
             dataset_length=len(dataset) if isinstance(dataset, Sized) else None,
-            sampler=STRIDED_STREAM if loader.kind.stream else sampler_name(self.sampler()),
+            sampler=STRIDED_STREAM if loader.kind.stream else "none" if cursor is None else cursor.kind.name,
         )
 
     def set_epoch(self, epoch: int) -> None:
@@ -236,16 +233,16 @@ class DispatchSource(BatchSource):
         """The sampler's generator, or an iterable dataset's (the reference's convention)."""
         cursor = self.loader.cursor
         if cursor is not None:
-            return generator_of(getattr(cursor.batch_sampler, "batch_sampler", None))
+            return cursor.kind.generator
         generator = getattr(self.loader.dataset, "generator", None)
         return generator if isinstance(generator, torch.Generator) else None
 
     def sampler(self) -> Any:
-        return getattr(self.loader.cursor, "sampler", None)
+        return None if self.loader.cursor is None else self.loader.cursor.kind.sampler
 
     def seeded(self) -> Any:
         cursor = self.loader.cursor
-        return None if cursor is None else seeded_order(getattr(cursor.batch_sampler, "batch_sampler", None))
+        return None if cursor is None else cursor.kind.seeded
 
 
 class _Head:

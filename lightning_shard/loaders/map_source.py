@@ -14,7 +14,6 @@ from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.main_draws import epoch_seed, fetch_seed, fetches_may_draw, isolated_fetches
 from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.source import Batches, ShardSource, marked_last, moving
-from lightning_shard.sampling.own_sampler import seeded_order
 from lightning_shard.sampling.samplers import forward_epoch, pass_epoch
 
 
@@ -25,11 +24,6 @@ class MapSource(ShardSource):
     def __init__(self, loader: Any, cursor: EpochCursor) -> None:
         super().__init__(loader)
         self.cursor = cursor
-
-    @property
-    def shard(self) -> Any:
-        """The (sharded) batch sampler the cursor wraps."""
-        return self.cursor.batch_sampler
 
     def batches(self, start: Position) -> Batches:
         loader = self.loader
@@ -53,31 +47,30 @@ class MapSource(ShardSource):
         return self.cursor.length_after(base)
 
     def sharding(self) -> ShardingInfo:
-        shard, dataset = self.shard, self.loader.dataset
+        shard, dataset, kind = self.cursor.batch_sampler, self.loader.dataset, self.cursor.kind
         return ShardingInfo(
             mode="shard",
             num_processes=getattr(shard, "num_processes", 1),
             split_batches=bool(getattr(shard, "split_batches", False)),
             even_batches=getattr(shard, "even_batches", True),
-            drop_last=bool(getattr(shard, "drop_last", False)),
-            batch_size=getattr(shard, "batch_size", None),
+            drop_last=kind.drop_last,
+            batch_size=kind.batch_size,
             dataset_length=len(dataset) if isinstance(dataset, Sized) else None,
-            sampler=sampler_name(self.sampler()),
+            sampler=kind.name,
         )
 
     def set_epoch(self, epoch: int) -> None:
         self.cursor.set_epoch(epoch)
 
     def generator(self) -> torch.Generator | None:
-        if self.loader.synchronized_generator is not None:
-            return self.loader.synchronized_generator
-        return getattr(self.sampler(), "generator", None)
+        synchronized = self.loader.synchronized_generator
+        return synchronized if synchronized is not None else self.cursor.kind.generator
 
     def sampler(self) -> Any:
-        return getattr(self.shard, "sampler", None)
+        return self.cursor.kind.sampler
 
     def seeded(self) -> Any:
-        return seeded_order(getattr(self.shard, "batch_sampler", None))
+        return self.cursor.kind.seeded
 
 
 class PlainSource(ShardSource):
@@ -103,8 +96,3 @@ class PlainSource(ShardSource):
     def set_epoch(self, epoch: int) -> None:
         if not pass_epoch(self.loader.dataset, epoch):
             forward_epoch(self.loader.batch_sampler, epoch)
-
-
-def sampler_name(sampler: Any) -> str:
-    """What the state records of a map-style loader's index sampler: its class's name."""
-    return "none" if sampler is None else type(sampler).__name__

@@ -131,7 +131,7 @@ class Resumption:
             seeded.initial_seed = restore.sampler_seed
 
     def sampler_seed(self) -> int | None:
-        """The seed of a seeded order (``seeded_order``: it ignores the generator's state)."""
+        """The seed of a seeded order (``SamplerKind.seeded``: it ignores the generator's state)."""
         seeded = self.source.seeded()
         return None if seeded is None else int(seeded.initial_seed)
 

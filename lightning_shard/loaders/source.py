@@ -59,7 +59,7 @@ class BatchSource(ABC):
         return None
 
     def seeded(self) -> Any:
-        """What holds the seed of a seeded order (``sampling/own_sampler.py``, ``seeded_order``), or ``None``."""
+        """What holds the seed of a seeded order (``SamplerKind.seeded``, ``sampling/samplers.py``), or ``None``."""
         return None
 
     def workers(self) -> int:

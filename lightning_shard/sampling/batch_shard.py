@@ -8,23 +8,20 @@ from collections.abc import Iterable, Iterator, Sequence, Sized
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler
 
 from lightning_shard._checks import check_num_processes, check_process_index, check_split_batch_size
 from lightning_shard.sampling.balance import (
-    BALANCED,
     EvenBatches,
     check_even_batches,
     chunk,
     is_balanced,
     tail_steps,
 )
-from lightning_shard.sampling.fast_index import EpochOrder, ShardLayout, fast_epoch_order
-from lightning_shard.sampling.own_sampler import unwrapped
-from lightning_shard.sampling.samplers import forward_epoch
+from lightning_shard.sampling.fast_index import FastOrder, ShardLayout, fast_epoch_order
+from lightning_shard.sampling.samplers import BatchSamplerWrapper, KnowsKind, forward_epoch, sampler_kind
 
 
-class BatchSamplerShard(BatchSampler):
+class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
     """Shards ``batch_sampler`` so that process ``process_index`` of ``num_processes`` gets its batches.
 
     With ``split_batches=False`` process ``r`` gets global batches ``r, r + N, ...``; with
@@ -62,21 +59,12 @@ class BatchSamplerShard(BatchSampler):
         self.batch_sampler = batch_sampler
         self.split_batches = split_batches
         self.even_batches: EvenBatches = check_even_batches(even_batches)
-        self.batch_size: int | None = getattr(batch_sampler, "batch_size", None)  # type: ignore[assignment]
-        self.drop_last: bool = bool(getattr(batch_sampler, "drop_last", False))
+        self.kind = sampler_kind(batch_sampler)
+        """What ``batch_sampler`` is, decided here once (not seen through, as a wrapper's is: the batch sampler
+        itself is sharded); the loader's sources and saved state read it."""
         if split_batches:
             check_split_batch_size(self.batch_size, self.num_processes, "batch sampler")
         self.epoch = 0
-
-    @property
-    def sampler(self) -> Any:  # type: ignore[override]
-        """The index sampler under the wrapped batch sampler, when it has one."""
-        return getattr(self.batch_sampler, "sampler", None)
-
-    @property
-    def total_length(self) -> int:
-        """The number of global batches of the wrapped batch sampler."""
-        return len(self.batch_sampler)
 
     def set_epoch(self, epoch: int) -> None:
         """Record ``epoch`` and forward it to the wrapped batch sampler and its sampler."""
@@ -85,14 +73,11 @@ class BatchSamplerShard(BatchSampler):
 
     def _layout(self) -> ShardLayout | None:
         """The arithmetic layout when the epoch length is known from a plain sampler."""
-        sampler = self.sampler
-        if self.batch_size is None or type(self.batch_sampler) is not BatchSampler:
-            return None
-        if not isinstance(sampler, Sized):
+        if not self.kind.arithmetic:
             return None
         return ShardLayout(
-            length=len(sampler),
-            batch_size=self.batch_size,
+            length=len(self.kind.sampler),
+            batch_size=self.batch_size,  # type: ignore[arg-type]
             num_processes=self.num_processes,
             process_index=self.process_index,
             split_batches=self.split_batches,
@@ -112,12 +97,9 @@ class BatchSamplerShard(BatchSampler):
 
     def _balanced_length(self, consumed: int) -> int | None:
         """Samples left once ``consumed`` batches are gone, when the generic path balances its tail."""
-        sampler, size = self.sampler, self.batch_size
-        if self.even_batches != BALANCED or self.drop_last or size is None or not isinstance(sampler, Sized):
-            return None
-        if not self._plain():
+        if self.drop_last or not self.kind.counted:
             return None  # NOTE: a bucketing sampler's batch sizes do not follow from its sampler's length.
-        length = max(len(sampler) - consumed * size, 0)
+        length = max(len(self.sampler) - consumed * self.batch_size, 0)  # type: ignore[operator]
         return length if is_balanced(self.even_batches, length, self.num_processes) else None
 
     def _generic_length(self, total: int, consumed: int) -> int:
@@ -142,10 +124,10 @@ class BatchSamplerShard(BatchSampler):
     def short_last_batch(self, consumed: int) -> int:
         """Samples in the wrapped sampler's short last batch once ``consumed`` batches are gone: 0 when it is
         full or dropped, or when its size does not follow from the sampler's length (a bucketing sampler's)."""
-        sampler, size = self.sampler, self.batch_size
-        if self.drop_last or size is None or not isinstance(sampler, Sized) or not self._plain():
+        size = self.batch_size
+        if self.drop_last or size is None or not self.kind.counted:
             return 0
-        return max(len(sampler) - consumed * size, 0) % size
+        return max(len(self.sampler) - consumed * size, 0) % size
 
     def __iter__(self) -> Iterator[list[int]]:
         return self.iter_from(0)
@@ -156,7 +138,7 @@ class BatchSamplerShard(BatchSampler):
         ``consumed`` first drops that many batches of the wrapped sampler and shards the rest, as a
         run on another number of processes that already consumed them would (elastic resumption).
         """
-        fast = fast_epoch_order(self.batch_sampler)
+        fast = fast_epoch_order(self.kind)
         layout = self._layout()
         if fast is not None and layout is not None:
             return self._iter_fast(layout, fast, start, consumed)
@@ -164,14 +146,15 @@ class BatchSamplerShard(BatchSampler):
         return itertools.islice(self._iter_generic(source, consumed), start, None)
 
     @staticmethod
-    def _iter_fast(layout: ShardLayout, fast: EpochOrder, start: int, consumed: int) -> Iterator[list[int]]:
-        order = fast.draw()
+    def _iter_fast(layout: ShardLayout, fast: FastOrder, start: int, consumed: int) -> Iterator[list[int]]:
+        epoch = fast()
+        order = next(epoch)
         offset = min(consumed * layout.batch_size, layout.length)
         if isinstance(order, torch.Tensor):
             yield from layout.skip(offset).iter_batches(order[offset:], start)
         else:  # NOTE: the identity, or a keyed order: both are evaluated at positions from `offset` on.
             yield from layout.skip(offset).iter_batches(order, start, offset=offset)
-        fast.finish()
+        next(epoch, None)
 
     def _iter_generic(self, source: Iterable[Any] | None = None, consumed: int = 0) -> Iterator[list[int]]:
         """The streaming path, for any batch sampler; ``source`` replaces the wrapped sampler's batches
@@ -204,9 +187,6 @@ class BatchSamplerShard(BatchSampler):
     def _is_full(self, batch: Sized) -> bool:
         return self.batch_size is None or len(batch) == self.batch_size
 
-    def _plain(self) -> bool:
-        return plain_batches(self.batch_sampler)
-
     def _iter_split(self, batches: Iterable[Any]) -> Iterator[list[int]]:
         """Slice ``r`` of every batch; a short batch (a bucketing sampler's) is held until the next one
         arrives, so that only the epoch's last batch is padded or cut as the reference does."""
@@ -229,7 +209,7 @@ class BatchSamplerShard(BatchSampler):
             return
         if self.even_batches and not self.drop_last:
             yield (list(held) + _repeat_to(first, self.batch_size))[lo:hi]
-        elif self._plain():
+        elif self.kind.plain:
             if not self.drop_last and len(held) > lo:
                 yield held[lo:hi]
         elif len(held) > self.process_index:
@@ -316,10 +296,3 @@ def _repeat_to(items: list[Any], minimum: int) -> list[Any]:
     while len(pool) < minimum:
         pool += pool
     return pool
-
-
-def plain_batches(batch_sampler: Any) -> bool:
-    """Whether ``batch_sampler`` batches its sampler as ``BatchSampler`` does: only the epoch's last batch may
-    be short, so its length follows from the sampler's (a bucketing sampler's short batches do not)."""
-    cls = type(unwrapped(batch_sampler))
-    return cls.__iter__ is BatchSampler.__iter__ and cls.__len__ is BatchSampler.__len__

@@ -13,12 +13,17 @@ from functools import partial
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+from torch.utils.data import SequentialSampler
 
 from lightning_shard.sampling.balance import EvenBatches, chunk, is_balanced, tail_steps
 from lightning_shard.sampling.own_sampler import own_generator
 from lightning_shard.sampling.permutation import KeyedPermutation
-from lightning_shard.sampling.samplers import _CHUNK_POSITIONS, ScalableRandomSampler, SeedableRandomSampler
+from lightning_shard.sampling.samplers import (
+    _CHUNK_POSITIONS,
+    SamplerKind,
+    ScalableRandomSampler,
+    SeedableRandomSampler,
+)
 
 _CHUNK_ROWS = 1024
 
@@ -138,42 +143,29 @@ class ShardLayout:
             yield list(range(begin, begin + width))
 
 
-def _draw_random(sampler: RandomSampler) -> torch.Tensor:
-    """Draw exactly what ``RandomSampler.__iter__`` draws, from the same generator state."""
-    n = len(sampler.data_source)
-    if isinstance(sampler, SeedableRandomSampler):
-        return torch.randperm(n, generator=sampler.reseed())
-    return torch.randperm(n, generator=sampler.generator or own_generator())
+FastOrder = Callable[[], Iterator[Order]]
+"""An epoch on the fast path: the iterator yields the epoch's order, then, once resumed at the epoch's end,
+leaves the sampler's generator where the sampler's own iteration would."""
 
 
-def _finish_random(sampler: RandomSampler) -> None:
-    """Advance a visible generator as ``RandomSampler`` does after its last index (a discarded draw)."""
-    visible = sampler.generator is not None and not (
-        isinstance(sampler, SeedableRandomSampler) and sampler.owns_generator
-    )
-    if visible:
+def _random_epoch(sampler: Any, seedable: bool) -> Iterator[Order]:
+    """Draw exactly what ``RandomSampler.__iter__`` draws, from the same generator state; at the epoch's end,
+    advance a visible generator as it does after its last index (a discarded draw)."""
+    generator = sampler.reseed() if seedable else sampler.generator or own_generator()
+    yield torch.randperm(len(sampler.data_source), generator=generator)
+    if sampler.generator is not None and not (seedable and sampler.owns_generator):
         torch.randperm(len(sampler.data_source), generator=sampler.generator)
 
 
-@dataclass(frozen=True)
-class EpochOrder:
-    """How to draw an epoch's order for a sampler with a fast path, and how to finish the epoch."""
-
-    draw: Callable[[], Order]
-    finish: Callable[[], None]
-
-
-def fast_epoch_order(batch_sampler: object) -> EpochOrder | None:
-    """The fast path for ``batch_sampler``, or ``None`` when only the generic path is exact."""
-    if type(batch_sampler) is not BatchSampler:
+def fast_epoch_order(kind: SamplerKind) -> FastOrder | None:
+    """The fast path for a batch sampler of ``kind``, or ``None`` when only the generic path is exact."""
+    sampler: Any = kind.sampler
+    if not kind.exact or kind.known is None:
         return None
-    sampler: Any = batch_sampler.sampler
-    if type(sampler) is ScalableRandomSampler:
-        return EpochOrder(sampler.order, lambda: None)
-    if type(sampler) is SequentialSampler:
-        return EpochOrder(lambda: None, lambda: None)  # NOTE: the identity order needs no tensor.
-    if type(sampler) in (RandomSampler, SeedableRandomSampler):
-        if sampler.replacement or sampler.num_samples != len(sampler.data_source):
-            return None
-        return EpochOrder(partial(_draw_random, sampler), partial(_finish_random, sampler))
-    return None
+    if kind.known is ScalableRandomSampler:
+        return lambda: iter([sampler.order()])
+    if kind.known is SequentialSampler:
+        return lambda: iter([None])  # NOTE: the identity order needs no tensor.
+    if sampler.replacement or sampler.num_samples != len(sampler.data_source):
+        return None
+    return partial(_random_epoch, sampler, kind.known is SeedableRandomSampler)

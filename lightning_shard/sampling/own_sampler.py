@@ -10,33 +10,30 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+from torch.utils.data import BatchSampler, RandomSampler
 
-from lightning_shard.sampling.samplers import SeedableRandomSampler, ShowsWrapped, scalable_batch_sampler
+from lightning_shard.sampling.samplers import (
+    OwnOrder,
+    SamplerKind,
+    SeedableRandomSampler,
+    sampler_kind,
+    scalable_batch_sampler,
+)
 
 
-def _over_sampler_with_generator(batch_sampler: Any, sampler: Any) -> Any:
-    """``batch_sampler`` over a shallow copy of ``sampler`` (same class and attributes) drawing from a
+def _over_sampler_with_generator(batch_sampler: Any, kind: SamplerKind) -> Any:
+    """``batch_sampler`` over a shallow copy of its sampler (same class and attributes) drawing from a
     generator of its own: a new ``BatchSampler``, or a shallow copy of the user's class."""
-    twin = copy.copy(sampler)
+    twin = copy.copy(kind.sampler)
     twin.generator = own_generator()
-    if type(batch_sampler) is BatchSampler:
-        return BatchSampler(twin, batch_sampler.batch_size, batch_sampler.drop_last)
+    if kind.exact:
+        return BatchSampler(twin, kind.batch_size, kind.drop_last)  # type: ignore[arg-type]
     outer = copy.copy(batch_sampler)
     outer.sampler = twin
     return outer
 
 
-def may_draw_globally(batch_sampler: Any) -> bool:
-    """Whether iterating ``batch_sampler`` may draw from the global generators: a user's batch sampler
-    class, or a sampler that is neither draw-free nor drawing from a generator of its own."""
-    if type(batch_sampler).__iter__ is not BatchSampler.__iter__:
-        return True
-    sampler = getattr(batch_sampler, "sampler", None)
-    return not (type(sampler) is SequentialSampler or getattr(sampler, "generator", None) is not None)
-
-
-class OwnDraws(ShowsWrapped):
+class OwnDraws(OwnOrder):
     """``batch_sampler`` with its random draws taken from a stream of its own, seeded at each ``iter()``
     from ``generator`` (the loader's), re-seeded first with ``data_seed + epoch`` when ``data_seed`` is given.
 
@@ -94,28 +91,6 @@ def _isolated(batch_sampler: Any, seed: int) -> Iterator[Any]:
         yield batch
 
 
-def unwrapped(batch_sampler: Any) -> Any:
-    """The user's batch sampler under an ``OwnDraws``."""
-    return batch_sampler.batch_sampler if isinstance(batch_sampler, OwnDraws) else batch_sampler
-
-
-def seeded_order(batch_sampler: Any) -> Any:
-    """What holds the seed (``initial_seed``) the epoch's order is a function of: a seeded ``OwnDraws`` or the
-    ``SeedableRandomSampler`` under ``batch_sampler``; ``None`` when the order is not seeded."""
-    if isinstance(batch_sampler, OwnDraws) and batch_sampler.initial_seed is not None:
-        return batch_sampler
-    sampler = getattr(batch_sampler, "sampler", None)
-    return sampler if isinstance(sampler, SeedableRandomSampler) else None
-
-
-def generator_of(batch_sampler: Any) -> torch.Generator | None:
-    """The generator the epoch's order is drawn from (its state at the epoch's start is what is saved)."""
-    if isinstance(batch_sampler, OwnDraws):
-        return batch_sampler.generator
-    generator = getattr(getattr(batch_sampler, "sampler", None), "generator", None)
-    return generator if isinstance(generator, torch.Generator) else None
-
-
 def own_generator() -> torch.Generator:
     """A generator seeded with a draw from the global RNG, as the reference seeds a ``RandomSampler``'s."""
     return torch.Generator().manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
@@ -140,30 +115,27 @@ def recorded_batch_sampler(
 ) -> Any:
     """The user's batch sampler with a recorded random order (the user's objects are not mutated), under the
     options ``use_seedable_sampler`` (``seedable``), ``scalable_shuffle`` (``scalable``) and ``data_seed``."""
+    kind = sampler_kind(batch_sampler)
     if scalable:
-        return scalable_batch_sampler(batch_sampler, data_seed)
-    sampler = getattr(batch_sampler, "sampler", None)
-    if type(batch_sampler) is BatchSampler and type(sampler) is RandomSampler:
-        return BatchSampler(
-            _with_own_generator(sampler, seedable, data_seed),
-            batch_sampler.batch_size,
-            batch_sampler.drop_last,
-        )
-    if type(batch_sampler) is BatchSampler and isinstance(sampler, SeedableRandomSampler):
+        return scalable_batch_sampler(batch_sampler, kind, data_seed)
+    if kind.exact and kind.known is RandomSampler:
+        sampler = _with_own_generator(kind.sampler, seedable, data_seed)
+        return BatchSampler(sampler, kind.batch_size, kind.drop_last)  # type: ignore[arg-type]
+    if kind.exact and kind.seeded is not None:
         return batch_sampler
-    return _kept_with_own_randomness(batch_sampler, sampler, seedable, data_seed)
+    return _kept_with_own_randomness(batch_sampler, kind, seedable, data_seed)
 
 
-def _kept_with_own_randomness(batch_sampler: Any, sampler: Any, seedable: bool, data_seed: int | None) -> Any:
+def _kept_with_own_randomness(
+    batch_sampler: Any, kind: SamplerKind, seedable: bool, data_seed: int | None
+) -> Any:
     """The user's (batch) sampler, its class kept, its draws recorded: a sampler whose ``generator`` is left
     ``None`` draws from the global RNG, which a resumed run cannot replay, so a copy gets one of its own."""
-    drawing = sampler is not None and hasattr(sampler, "generator")
-    if drawing and sampler.generator is None:
-        batch_sampler = _over_sampler_with_generator(batch_sampler, sampler)
-    global_draws = may_draw_globally(batch_sampler)
-    seeded = seedable and (drawing or global_draws)
-    if not (global_draws or seeded):
+    if kind.draws and kind.sampler.generator is None:
+        batch_sampler = _over_sampler_with_generator(batch_sampler, kind)
+        kind = sampler_kind(batch_sampler)
+    seeded = seedable and (kind.draws or kind.global_draws)
+    if not (kind.global_draws or seeded):
         return batch_sampler
-    generator = generator_of(batch_sampler) or own_generator()
     seed = (data_seed if data_seed is not None else torch.initial_seed()) if seeded else None
-    return OwnDraws(batch_sampler, generator, seed, global_draws)
+    return OwnDraws(batch_sampler, kind.generator or own_generator(), seed, kind.global_draws)

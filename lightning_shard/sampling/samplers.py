@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sized
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -90,19 +91,19 @@ class ScalableRandomSampler(SeedableRandomSampler):
             yield from order.at(torch.arange(start, min(start + _CHUNK_POSITIONS, length))).tolist()
 
 
-def scalable_batch_sampler(batch_sampler: Any, data_seed: int | None) -> Any:
-    """``batch_sampler`` with its ``RandomSampler`` replaced by a ``ScalableRandomSampler`` (a copy); a
-    sequential one, which shuffles nothing, as it is.
+def scalable_batch_sampler(batch_sampler: Any, kind: SamplerKind, data_seed: int | None) -> Any:
+    """``batch_sampler`` (of ``kind``) with its ``RandomSampler`` replaced by a ``ScalableRandomSampler`` (a copy);
+    a sequential one, which shuffles nothing, as it is.
 
     Raises:
         ValueError: for what a keyed order cannot serve: another batch sampler or sampler than a plain
             ``BatchSampler`` / ``RandomSampler``, a ``generator``, replacement or ``num_samples``.
     """
-    sampler = getattr(batch_sampler, "sampler", None)
-    if type(sampler) is SequentialSampler or type(sampler) is ScalableRandomSampler:
+    sampler = kind.sampler
+    if kind.known in (SequentialSampler, ScalableRandomSampler):
         return batch_sampler
-    if type(batch_sampler) is not BatchSampler or type(sampler) is not RandomSampler:
-        shown = type(sampler if type(batch_sampler) is BatchSampler else batch_sampler).__name__
+    if not kind.exact or kind.known is not RandomSampler:
+        shown = type(sampler if kind.exact else batch_sampler).__name__
         raise ValueError(
             f"`scalable_shuffle=True` replaces a plain `RandomSampler` (`shuffle=True`) in a plain `BatchSampler`, "
             f"but this loader's order comes from a `{shown}`, whose order it cannot compute position by "
@@ -121,7 +122,86 @@ def scalable_batch_sampler(batch_sampler: Any, data_seed: int | None) -> Any:
             "`RandomSampler(dataset)` (`shuffle=True`), or set `scalable_shuffle=False`."
         )
     scalable = ScalableRandomSampler(sampler.data_source, data_seed=data_seed)
-    return BatchSampler(scalable, batch_sampler.batch_size, batch_sampler.drop_last)
+    return BatchSampler(scalable, kind.batch_size, kind.drop_last)  # type: ignore[arg-type]
+
+
+class OwnOrder:
+    """Mixin of a batch sampler of ours over the user's ``batch_sampler`` whose order is drawn from ``generator``,
+    re-seeded with ``initial_seed`` and the epoch when that is set (``own_sampler.OwnDraws``)."""
+
+
+_KNOWN_ORDERS = (SequentialSampler, RandomSampler, SeedableRandomSampler, ScalableRandomSampler)
+"""Index samplers whose order ``fast_index.py`` computes by arithmetic (their exact classes, not subclasses)."""
+
+
+@dataclass(frozen=True)
+class SamplerKind:
+    """What a batch sampler is and can do, decided once by ``sampler_kind`` and read by everything after (the
+    shard, its fast path, the loader's sources and saved state; docs/DESIGN.md, "Kinds of data")."""
+
+    sampler: Any
+    """Its index sampler (``None``: it has none)."""
+    batch_size: int | None
+    drop_last: bool
+    known: type | None
+    """The index sampler's class when it is exactly one of ``_KNOWN_ORDERS``."""
+    exact: bool
+    """A plain ``BatchSampler``: its batches are consecutive slices of its sampler's order."""
+    plain: bool
+    """It batches as ``BatchSampler`` does (only the epoch's last batch may be short), seen through ``OwnOrder``."""
+    counted: bool
+    """Its batch sizes follow from its sized sampler's length (a bucketing sampler's do not)."""
+    draws: bool
+    """Its index sampler has a ``generator`` attribute (given or left ``None``)."""
+    global_draws: bool
+    """Iterating it may draw from the global generators: a batch sampler class of the user's, or a sampler that
+    neither draws nothing (``SequentialSampler``) nor draws from a generator of its own."""
+    generator: torch.Generator | None
+    """The generator its order is drawn from (its state at the epoch's start is saved)."""
+    seeded: Any
+    """What holds the seed (``initial_seed``) its order is a function of: a seeded ``OwnOrder`` or the
+    ``SeedableRandomSampler``; ``None`` when the order is not seeded."""
+
+    @property
+    def name(self) -> str:
+        """What a saved state records of it: its index sampler's class name (``"none"`` without one)."""
+        return "none" if self.sampler is None else type(self.sampler).__name__
+
+    @property
+    def arithmetic(self) -> bool:
+        """Whether its batches are positions in its sampler's order, so a shard's are computed by arithmetic."""
+        return self.exact and self.counted
+
+
+def sampler_kind(batch_sampler: Any) -> SamplerKind:
+    """The ``SamplerKind`` of ``batch_sampler``: the one place that inspects a batch sampler and its sampler."""
+    own: Any = batch_sampler if isinstance(batch_sampler, OwnOrder) else None
+    user = batch_sampler if own is None else own.batch_sampler
+    cls, sampler, batch_size = type(user), getattr(user, "sampler", None), getattr(user, "batch_size", None)
+    plain = cls.__iter__ is BatchSampler.__iter__ and cls.__len__ is BatchSampler.__len__
+    generator = own.generator if own is not None else getattr(sampler, "generator", None)
+    seedable = sampler if isinstance(sampler, SeedableRandomSampler) else None
+    return SamplerKind(
+        sampler=sampler,
+        batch_size=batch_size,
+        drop_last=bool(getattr(user, "drop_last", False)),
+        known=type(sampler) if type(sampler) in _KNOWN_ORDERS else None,
+        exact=own is None and cls is BatchSampler,
+        plain=plain,
+        counted=plain and isinstance(sampler, Sized) and batch_size is not None,
+        draws=hasattr(sampler, "generator"),
+        global_draws=cls.__iter__ is not BatchSampler.__iter__
+        or not (type(sampler) is SequentialSampler or generator is not None),
+        generator=generator if isinstance(generator, torch.Generator) else None,
+        seeded=own if own is not None and own.initial_seed is not None else seedable,
+    )
+
+
+class KnowsKind:
+    """Mixin of an index source of ours that holds the ``SamplerKind`` of the user's batch sampler it reads
+    (``BatchSamplerShard``, ``SampleShard``): a cursor over it reads that kind, not the wrapper's."""
+
+    kind: SamplerKind
 
 
 @runtime_checkable
@@ -171,27 +251,39 @@ def forward_epoch(child: Any, epoch: int) -> None:
         stack.extend(getattr(node, name, None) for name in ("batch_sampler", "sampler"))
 
 
-class ShowsWrapped:
-    """Mixin of what wraps a batch sampler: its ``batch_size``, ``drop_last`` and ``sampler`` show through."""
+class BatchSamplerWrapper(BatchSampler):  # type: ignore[misc]
+    """Base of batch samplers that wrap another (``batch_sampler``): its ``batch_size``, ``drop_last`` and
+    ``sampler`` show through, read from ``kind``, the kind of the user's batch sampler under it."""
 
     batch_sampler: Any
+    kind: SamplerKind
+
+    def __init__(self, wrapped: Any) -> None:
+        self.batch_sampler = wrapped
+        # NOTE: the kind a shard of ours holds (that of the user's batch sampler it shards), else its own.
+        self.kind = wrapped.kind if isinstance(wrapped, KnowsKind) else sampler_kind(wrapped)
 
     @property
-    def batch_size(self) -> int | None:
-        return getattr(self.batch_sampler, "batch_size", None)
+    def batch_size(self) -> int | None:  # type: ignore[override]
+        return self.kind.batch_size
 
     @property
-    def drop_last(self) -> bool:
-        return bool(getattr(self.batch_sampler, "drop_last", False))
+    def drop_last(self) -> bool:  # type: ignore[override]
+        return self.kind.drop_last
 
     @property
-    def sampler(self) -> Any:
+    def sampler(self) -> Any:  # type: ignore[override]
         """The wrapped batch sampler's index sampler, if it has one."""
-        return getattr(self.batch_sampler, "sampler", None)
+        return self.kind.sampler
 
+    @property
+    def total_length(self) -> int:
+        """The number of batches of the wrapped batch sampler."""
+        return len(self.batch_sampler)
 
-class BatchSamplerWrapper(ShowsWrapped, BatchSampler):  # type: ignore[misc,override]
-    """Base of batch samplers that wrap another: its ``batch_size``, ``drop_last`` and ``sampler`` show through."""
+    def set_epoch(self, epoch: int) -> None:
+        """Forward ``epoch`` to the wrapped samplers."""
+        forward_epoch(self.batch_sampler, epoch)
 
 
 class SkipBatchSampler(BatchSamplerWrapper):
@@ -209,7 +301,7 @@ class SkipBatchSampler(BatchSamplerWrapper):
     """
 
     def __init__(self, batch_sampler: Any, skip_batches: int = 0) -> None:
-        self.batch_sampler = batch_sampler
+        super().__init__(batch_sampler)
         self.skip_batches = check_non_negative("skip_batches", skip_batches)
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -218,24 +310,18 @@ class SkipBatchSampler(BatchSamplerWrapper):
         else:
             yield from itertools.islice(iter(self.batch_sampler), self.skip_batches, None)
 
-    @property
-    def total_length(self) -> int:
-        return len(self.batch_sampler)
-
     def __len__(self) -> int:
         return max(len(self.batch_sampler) - self.skip_batches, 0)
 
-    def set_epoch(self, epoch: int) -> None:
-        forward_epoch(self.batch_sampler, epoch)
 
-
-class SampleShard:
+class SampleShard(KnowsKind):
     """A shard of one-sample batches seen as a sampler of single indices (``DataLoader(batch_size=None)``,
     which yields one sample per step, uncollated); a ``SeekableBatchSampler``, so resumption stays arithmetic.
     """
 
     def __init__(self, shard: Any) -> None:
         self.shard = shard
+        self.kind = shard.kind
 
     @property
     def sampler(self) -> Any:

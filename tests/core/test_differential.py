@@ -228,7 +228,7 @@ def check_batch_config(cfg: Config) -> None:
             with pytest.raises(ValueError, match="split_batches"):
                 _shard(cfg, REFERENCE, rank)
         return
-    fast = fast_epoch_order(_shard(cfg, OURS_FAST, 0).batch_sampler) is not None
+    fast = fast_epoch_order(_shard(cfg, OURS_FAST, 0).kind) is not None
     assert fast == (cfg.kind in FAST_KINDS), f"{cfg}: fast path taken: {fast}"
     for rank in range(cfg.num_processes):
         theirs = run_side(cfg, REFERENCE, rank)

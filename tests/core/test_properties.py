@@ -256,7 +256,7 @@ def test_random_fast_path_consumes_the_global_rng_like_torch(setup: Setup, seed:
             split_batches=setup.split_batches,
             even_batches=setup.even_batches,
         )
-        assert fast_epoch_order(shard.batch_sampler) is not None
+        assert fast_epoch_order(shard.kind) is not None
         torch.manual_seed(seed)
         ours = _drain(iter(shard))
         after_ours = torch.get_rng_state()
@@ -272,7 +272,7 @@ def test_random_fast_path_consumes_the_global_rng_like_torch(setup: Setup, seed:
 def test_random_fast_path_leaves_a_user_generator_like_torch(setup: Setup) -> None:
     for rank in range(setup.num_processes):
         shard = setup.shard(rank)
-        assert fast_epoch_order(shard.batch_sampler) is not None
+        assert fast_epoch_order(shard.kind) is not None
         for _ in range(2):  # the second epoch starts from the state the first one left
             list(shard)
         generator = torch.Generator().manual_seed(setup.seed)
@@ -291,7 +291,7 @@ def test_seedable_with_user_generator_ends_like_the_reference(length: int, seed:
     ours.set_epoch(epoch)
     theirs.set_epoch(epoch)
     shard = BatchSamplerShard(BatchSampler(ours, 3, False), num_processes=2, process_index=0)
-    assert fast_epoch_order(shard.batch_sampler) is not None
+    assert fast_epoch_order(shard.kind) is not None
     list(shard)
     order = list(theirs)
     assert torch.equal(ours_gen.get_state(), their_gen.get_state())
