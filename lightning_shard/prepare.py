@@ -82,9 +82,10 @@ def prepare_with_options(
 
 def _prepare_graph(
     graph: Any, options: ShardOptions, topology: Topology, *, device: Any, uneven_streams: StreamEnds
-) -> DataLoaderShard:
+) -> DataLoaderShard | DataLoaderDispatcher:
     """A torchdata.nodes graph sharded as the ``DataLoader`` of its root's items would be, each step's items
-    then made a batch by the graph rebuilt over them (``loaders/nodes_source.py``)."""
+    then made a batch by the graph rebuilt over them (``loaders/nodes_source.py``): a ``DataLoaderShard``,
+    never dispatched."""
     found = classify_iterable(
         graph, num_processes=topology.num_processes, process_index=topology.process_index
     )
@@ -102,9 +103,7 @@ def _prepare_graph(
             "own part of the root's items), or return a `DataLoader` to have it dispatched."
         )
     options = options.replace(dispatch_batches=False)
-    loader = _prepare(root_loader(found), options, topology, device, None, uneven_streams, pipeline=found)
-    assert isinstance(loader, DataLoaderShard)  # NOTE: never dispatched (above).
-    return loader
+    return _prepare(root_loader(found), options, topology, device, None, uneven_streams, pipeline=found)
 
 
 def _prepare(

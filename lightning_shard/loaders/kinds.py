@@ -76,18 +76,16 @@ def _built(dataset: Any, kwargs: dict[str, Any], dispatch: bool) -> DataKind:
     """The ``DataKind`` of a loader built directly over ``dataset`` with the ``DataLoader`` arguments
     ``kwargs``: a shard's kind is what it was built as; a dispatcher's map-style data is read by index when it
     is given a ``batch_sampler``."""
-    if dispatch and isinstance(dataset, IterableDataset):
-        return DataKind("strided", True, state_name=STRIDED_STREAM)
-    if isinstance(dataset, IterableDatasetShard):
+    if not dispatch and isinstance(dataset, IterableDatasetShard):
         ends = stream_ends_for(True, dataset.even_batches or dataset.num_processes == 1)
         return DataKind(
             "strided", state_name=STRIDED_STREAM, stream_ends=ends, fingerprinted=dataset.fingerprinted
         )
-    if isinstance(dataset, NativeStreamShard):
+    if not dispatch and isinstance(dataset, NativeStreamShard):
         ends = stream_ends_for(False, True)
         return DataKind("shares", state_name=dataset.kind, library=dataset.library, stream_ends=ends)
     if isinstance(dataset, IterableDataset):
-        return DataKind("plain")
+        return DataKind("strided", True, state_name=STRIDED_STREAM) if dispatch else DataKind("plain")
     sampler, batched = kwargs.get("sampler"), kwargs.get("batch_size", 1) is not None
     if kwargs.get("batch_sampler") is not None or (batched and not dispatch):
         return DataKind("map", dispatch, "batches")
