@@ -11,7 +11,6 @@ from torch.utils.data import DataLoader
 
 from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.source import Batches, StreamSource, moving, rows_of
-from lightning_shard.loaders.streams import StreamRun
 from lightning_shard.sampling.native_stream import NativeStreamShard
 
 
@@ -22,10 +21,6 @@ class ShareSource(StreamSource):
     was handed the state: the start then skips nothing)."""
 
     shard: NativeStreamShard
-
-    def __init__(self, loader: Any, shard: NativeStreamShard, stream: StreamRun) -> None:
-        super().__init__(loader, shard, stream)
-        self.library = loader.kind.library
 
     def batches(self, start: Position) -> Batches:
         loader = self.loader
@@ -43,6 +38,4 @@ class ShareSource(StreamSource):
         return DataLoader.__len__(self.loader)
 
     def sharding(self) -> ShardingInfo:
-        # NOTE: a dataset that splits itself reports its own share's length (LitData), which differs by rank,
-        # and the state must be the same on every process.
-        return self.stream_sharding(bool(self.loader.drop_last), sized=self.loader.kind.library is None)
+        return self.stream_sharding(bool(self.loader.drop_last))

@@ -80,7 +80,8 @@ class ShardSource(BatchSource):
 
 
 class StreamSource(ShardSource):
-    """What the sources of a stream share: this process's ``shard`` of it and its end agreement."""
+    """What the sources of a stream share: this process's ``shard`` of it, its end agreement and, for one that
+    splits itself, its kind's ``library``."""
 
     stream: StreamRun
 
@@ -88,15 +89,17 @@ class StreamSource(ShardSource):
         super().__init__(loader)
         self.shard = shard
         self.stream = stream
+        self.library = loader.kind.library
 
     def set_epoch(self, epoch: int) -> None:
         self.shard.set_epoch(epoch)
 
-    def stream_sharding(self, drop_last: bool, sized: bool) -> ShardingInfo:
-        """The sharding of ``shard``, recorded under its kind's name (``sized``: its dataset's length is
-        recorded)."""
+    def stream_sharding(self, drop_last: bool) -> ShardingInfo:
+        """The sharding of ``shard``, recorded under its kind's name, with its dataset's length but for a dataset
+        that splits itself: that one reports its own share's length (LitData), which differs by rank, and the
+        state must be the same on every process."""
         shard = self.shard
-        length = getattr(shard.dataset, "__len__", None) if sized else None
+        length = getattr(shard.dataset, "__len__", None) if self.loader.kind.library is None else None
         return ShardingInfo(
             mode="shard",
             num_processes=shard.num_processes,

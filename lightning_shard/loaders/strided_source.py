@@ -92,7 +92,7 @@ class StridedSource(StreamSource):
         return int(rounded(elements / batch_size))
 
     def sharding(self) -> ShardingInfo:
-        return self.stream_sharding(self.shard.drop_last, sized=True)
+        return self.stream_sharding(self.shard.drop_last)
 
     def generator(self) -> torch.Generator | None:
         return self.loader.synchronized_generator
