@@ -74,9 +74,10 @@ from lightning_shard.comm.collectives import all_true  # noqa: E402
 from lightning_shard.comm.gather import gather_in_process_order, merge_parts  # noqa: E402
 from lightning_shard.comm.random_states import capture, own_part  # noqa: E402
 from lightning_shard.comm.tree import Node, flatten, is_tensor_tree, map_leaves  # noqa: E402
+from lightning_shard.loaders.data_kind import PAD, DataKind  # noqa: E402
 from lightning_shard.loaders.position import Position  # noqa: E402
 from lightning_shard.loaders.stream_agreement import Agreement  # noqa: E402
-from lightning_shard.loaders.streams import PAD, StreamRun  # noqa: E402
+from lightning_shard.loaders.streams import StreamRun  # noqa: E402
 from lightning_shard.sampling.samplers import ScalableRandomSampler  # noqa: E402
 
 BATCH = 32
@@ -471,7 +472,7 @@ def _fetch(ended: bool) -> tuple[int, int]:
 def _stream_epoch(world: int, steps: int = 1) -> Any:
     """A whole epoch of ``StreamRun`` (``"pad"``) over a share of ``steps`` batches, which ends on every
     process at the same fetch (the stand-in's processes all hold the same data); its report."""
-    run = StreamRun(PAD, world, world - 1, resumable=True)
+    run = StreamRun(DataKind("shares", stream_ends=PAD), world, world - 1)
     share = [torch.arange(BATCH)] * steps
     for _ in run.batches(iter(share), lambda: iter(share), len, Position(0), None):
         pass

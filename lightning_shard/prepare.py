@@ -12,12 +12,11 @@ from torch.utils.data import BatchSampler, DataLoader
 from lightning_shard._checks import check_non_negative, check_split_batch_size
 from lightning_shard.comm.collectives import broadcast_object, is_distributed, world_size
 from lightning_shard.comm.topology import Topology, resolve_topology
-from lightning_shard.loaders.data_kind import DataKind, LeftAsItIs
+from lightning_shard.loaders.data_kind import SAME, SHORTEST, DataKind, LeftAsItIs, StreamEnds
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
 from lightning_shard.loaders.kinds import classify, classify_iterable, user_batch_sampler
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
-from lightning_shard.loaders.streams import SAME, SHORTEST, StreamEnds
 from lightning_shard.loaders.user_class import carry_user_attributes, user_loader_class, with_user_class
 from lightning_shard.options import ShardOptions
 from lightning_shard.sampling.balance import BALANCED, EvenBatches
@@ -83,9 +82,10 @@ def prepare_with_options(
 
 def _prepare_graph(
     graph: Any, options: ShardOptions, topology: Topology, *, device: Any, uneven_streams: StreamEnds
-) -> DataLoaderShard:
+) -> DataLoaderShard | DataLoaderDispatcher:
     """A torchdata.nodes graph sharded as the ``DataLoader`` of its root's items would be, each step's items
-    then made a batch by the graph rebuilt over them (``loaders/nodes_source.py``)."""
+    then made a batch by the graph rebuilt over them (``loaders/nodes_source.py``): a ``DataLoaderShard``,
+    never dispatched."""
     found = classify_iterable(
         graph, num_processes=topology.num_processes, process_index=topology.process_index
     )
@@ -103,9 +103,7 @@ def _prepare_graph(
             "own part of the root's items), or return a `DataLoader` to have it dispatched."
         )
     options = options.replace(dispatch_batches=False)
-    loader = _prepare(root_loader(found), options, topology, device, None, uneven_streams, pipeline=found)
-    assert isinstance(loader, DataLoaderShard)  # NOTE: never dispatched (above).
-    return loader
+    return _prepare(root_loader(found), options, topology, device, None, uneven_streams, pipeline=found)
 
 
 def _prepare(
@@ -253,7 +251,7 @@ def _stream_shard_parts(
             kind.library.check_batches(batch_size, dataloader.num_workers)
         dataset = NativeStreamShard(
             user,
-            "self-split-stream" if kind.library is not None else "native-stream",
+            kind.state_name,
             topology.num_processes,
             topology.process_index,
             batch_size=dataloader.batch_size,

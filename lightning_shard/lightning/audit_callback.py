@@ -19,7 +19,6 @@ from typing_extensions import override
 from lightning_shard.audit import AuditReport, ShardAudit, sharding_allowances
 from lightning_shard.comm.collectives import all_true
 from lightning_shard.lightning.stages import ShardLoader, flatten_loaders, is_shard_loader
-from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
 from lightning_shard.log import info
 
 _BUFFERED = 8192
@@ -135,7 +134,7 @@ class ShardAuditCallback(Callback):
         one still takes part in each epoch's merge.
         """
         self._records = records
-        if loader.cursor is None:
+        if not loader.kind.indexed:
             self._explain(
                 "its dataset is iterable, so its samples have no indices to record (a stream's samples read, "
                 "padded and left unseen are logged at each epoch's end)"
@@ -146,8 +145,8 @@ class ShardAuditCallback(Callback):
             self._explain("its dataset has no length, or its batches no fixed size")
             return
         # NOTE: a dispatcher's process 0 loads (so its cursor yields) the `N` batches of a step.
-        dispatcher = loader if isinstance(loader, DataLoaderDispatcher) and not loader.split_batches else None
-        loader.index_observer = IndexTap(1 if dispatcher is None else dispatcher.num_processes)
+        joins = loader.kind.dispatch and not sharding.split_batches
+        loader.index_observer = IndexTap(sharding.num_processes if joins else 1)
 
     # -- per step ---------------------------------------------------------------------------------
     @override

@@ -155,7 +155,7 @@ def plan_for(
         scheduler_scaling=scaling.describe() if step_schedulers else "",
         mode=state.mode,
         short_schedulers=tuple(short.describe() for short in short_schedulers or ()),
-        stream=loader.source.describe(),
+        stream=loader.kind.describe(),
         scalable_shuffle=state.sampler == ScalableRandomSampler.__name__,
         accumulate_grad_batches=accumulate_grad_batches,
         split_batches=state.split_batches,

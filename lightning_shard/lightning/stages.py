@@ -11,14 +11,12 @@ from lightning.pytorch.trainer.states import RunningStage
 from torch.utils.data import DataLoader
 
 from lightning_shard.comm.collectives import all_gather_objects
-from lightning_shard.comm.rng import synchronize_rng_states
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import record_batch_indices, unwrap_index_batch_sampler
+from lightning_shard.loaders.data_kind import OWN, SHORTEST, StreamEnds
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
-from lightning_shard.loaders.kinds import is_stream
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
-from lightning_shard.loaders.streams import OWN
 from lightning_shard.loaders.user_class import rebuilt_as_user_class
 from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_with_options
@@ -73,18 +71,18 @@ def prepare_for_stage(
     dataloader: DataLoader, options: ShardOptions, topology: Topology, stage: str, device: torch.device
 ) -> DataLoader:
     """``dataloader`` sharded with ``options`` for ``stage``."""
-    if stage == "predict" and is_stream(dataloader):
-        # NOTE: no end agreement: each process predicts its whole part of the stream, once.
-        return prepare_with_options(dataloader, options, topology, device=device, uneven_streams=OWN)
+    # NOTE: a stream predicted has no end agreement: each process predicts its whole part of it, once (the
+    # classifier reads `uneven_streams` for a stream only). Lightning records the indices of map-style data.
+    uneven: StreamEnds = OWN if stage == "predict" else SHORTEST
     inner = unwrap_index_batch_sampler(dataloader.batch_sampler) if stage == "predict" else None
     if inner is None:
-        return prepare_with_options(dataloader, options, topology, device=device)
+        return prepare_with_options(dataloader, options, topology, device=device, uneven_streams=uneven)
     plain = DataLoader(dataloader.dataset, batch_sampler=inner, **loader_settings(dataloader))
     shard = prepare_with_options(plain, options, topology, device=device)
-    assert isinstance(shard, DataLoaderShard)  # NOTE: `stage_defaults` turns dispatch off for predict.
+    assert not shard.kind.dispatch  # NOTE: `stage_defaults` turns dispatch off for predict.
     # NOTE: the loader below iterates the shard's batch sampler itself, so it must do the shard's one
     # start-of-iteration job here: give every process the same random order (predict runs once).
-    synchronize_rng_states(shard.rng_types, shard.synchronized_generator)
+    shard.source.synchronize()
     # NOTE: of the user's class (a `DataLoader` subclass keeps its behaviour), with its attributes.
     return rebuilt_as_user_class(
         dataloader,

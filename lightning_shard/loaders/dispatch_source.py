@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Generator, Iterator, Sized
-from typing import Any, cast
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -18,17 +18,19 @@ from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.source import Batches, BatchSource, marked_last
 from lightning_shard.loaders.state import decode_generator_state
 from lightning_shard.sampling.balance import chunk
-from lightning_shard.sampling.native_stream import STRIDED_STREAM
 from lightning_shard.sampling.samplers import pass_epoch
 
 
 class DispatchSource(BatchSource):
     """Process 0's global batches, cut and sent; every other process receives its slices. A start skips whole
-    batches of the user's loader: by index for map-style data, read and dropped for a stream."""
+    batches of the user's loader: by index where its kind reads by index (map-style data, through the loader's
+    cursor), else (a stream) read and dropped."""
 
     def __init__(self, loader: Any) -> None:
         super().__init__(loader)
         self.channels: dict[int, Channel] = {}
+        self.by_index: bool = loader.kind.indexed
+        """Whether the loader reads by index, through its ``EpochCursor`` (its kind says)."""
 
     @property
     def serves(self) -> bool:
@@ -102,21 +104,25 @@ class DispatchSource(BatchSource):
     def _global_batches(self, start: Position, skipped: int, head: _Head) -> Iterator[list[Any]]:
         """The batches of the user's loader that form each global batch (``N``, or 1 with ``split_batches``)."""
         loader = self.loader
-        cursor = loader.cursor
         group = 1 if loader.split_batches else loader.num_processes
-        if cursor is not None:
+        if self.by_index:
             # NOTE: the steps already taken go in `start`, not `consumed`, so `len()` keeps counting the
             # whole epoch (from `base`), as DataLoaderShard's does; Lightning adds its restored count to it.
             head.read_by_index()
-            cursor.rewind(skipped, start.base)
+            loader.cursor.rewind(skipped, start.base)
         source = loader.user_batches(start.workers)
-        if cursor is None:
+        if not self.by_index:
             head.batches = list(itertools.islice(source, start.base + skipped))[:group]
         while True:
             batches = list(itertools.islice(source, group))
-            if not batches or (len(batches) < group and user_drop_last(loader)):
+            if not batches or (len(batches) < group and self.drop_last):
                 return
             yield batches
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether the user's loader drops its incomplete last batch (its batch sampler's, read by index)."""
+        return bool(self.loader.cursor.drop_last if self.by_index else self.loader.drop_last)
 
     def _cut(self, batches: list[Any], last: bool, head: _Head, first: list[Any]) -> list[Any]:
         """The ``N`` slices of a global batch: an incomplete last one is completed with the epoch's head; one
@@ -128,9 +134,9 @@ class DispatchSource(BatchSource):
             return batches
         batch = _joined(batches)
         rows = batch_length(batch)
-        if last and not user_drop_last(loader) and not loader.even_batches:
+        if last and not self.drop_last and not loader.even_batches:
             return self._real_rows(batches, batch)
-        if last and not user_drop_last(loader) and rows % n != 0:
+        if last and not self.drop_last and rows % n != 0:
             batch, rows = self._padded(batch, head.rows(first)), (rows // n + 1) * n
         elif 0 < rows < n:
             raise ValueError(
@@ -175,11 +181,13 @@ class DispatchSource(BatchSource):
 
     # -- the contract's other parts -----------------------------------------------------------------
     def length_after(self, base: int) -> int:
-        loader, cursor, n = self.loader, self.loader.cursor, self.loader.num_processes
-        whole = cursor.length_after(base) if cursor is not None else max(DataLoader.__len__(loader) - base, 0)
-        if loader.split_batches and (loader.even_batches or user_drop_last(loader)):
+        loader, n = self.loader, self.loader.num_processes
+        whole = (
+            loader.cursor.length_after(base) if self.by_index else max(DataLoader.__len__(loader) - base, 0)
+        )
+        if loader.split_batches and (loader.even_batches or self.drop_last):
             return whole
-        if user_drop_last(loader):
+        if self.drop_last:
             return whole // n
         if loader.even_batches:
             return -(-whole // n)
@@ -197,52 +205,49 @@ class DispatchSource(BatchSource):
     def _plain(self) -> bool:
         """Whether only the epoch's last batch may be short (a stream's, or a ``BatchSampler``'s batching)."""
         cursor = self.loader.cursor  # NOTE: its batch sampler is a one-process `BatchSamplerShard`
-        return cursor is None or cursor.kind.plain
+        return not self.by_index or cursor.kind.plain
 
     def _last_rows(self, base: int) -> int:
         """Rows of the epoch's last batch after ``base`` batches (0: a whole batch, or not known: a bucketing
         sampler's last batch is cut among every process, as its shards cut it)."""
-        cursor, info = self.loader.cursor, self.sharding()
-        if cursor is not None:
-            return int(cursor.batch_sampler.short_last_batch(base))
+        info = self.sharding()
+        if self.by_index:
+            return int(self.loader.cursor.batch_sampler.short_last_batch(base))
         if info.dataset_length is None or not info.batch_size:
             return 0
         return max(info.dataset_length - base * info.batch_size, 0) % info.batch_size
 
     def sharding(self) -> ShardingInfo:
-        loader, cursor, dataset = self.loader, self.loader.cursor, self.loader.dataset
+        loader, dataset = self.loader, self.loader.dataset
         return ShardingInfo(
             mode="dispatch",
             num_processes=loader.num_processes,
             split_batches=loader.split_batches,
             even_batches=loader.even_batches,
-            drop_last=user_drop_last(loader),
-            batch_size=cursor.batch_size if cursor is not None else loader.batch_size,
+            drop_last=self.drop_last,
+            batch_size=loader.cursor.batch_size if self.by_index else loader.batch_size,
             dataset_length=len(dataset) if isinstance(dataset, Sized) else None,
-            sampler=STRIDED_STREAM if loader.kind.stream else "none" if cursor is None else cursor.kind.name,
+            sampler=loader.kind.state_name or (loader.cursor.kind.name if self.by_index else "none"),
         )
 
     def set_epoch(self, epoch: int) -> None:
-        cursor, dataset = self.loader.cursor, cast(Any, self.loader.dataset)
-        if cursor is not None:
-            cursor.set_epoch(epoch)
+        if self.by_index:
+            self.loader.cursor.set_epoch(epoch)
         else:
-            pass_epoch(dataset, epoch)
+            pass_epoch(self.loader.dataset, epoch)
 
     def generator(self) -> torch.Generator | None:
         """The sampler's generator, or an iterable dataset's (the reference's convention)."""
-        cursor = self.loader.cursor
-        if cursor is not None:
-            return cursor.kind.generator
+        if self.by_index:
+            return self.loader.cursor.kind.generator
         generator = getattr(self.loader.dataset, "generator", None)
         return generator if isinstance(generator, torch.Generator) else None
 
     def sampler(self) -> Any:
-        return None if self.loader.cursor is None else self.loader.cursor.kind.sampler
+        return self.loader.cursor.kind.sampler if self.by_index else None
 
     def seeded(self) -> Any:
-        cursor = self.loader.cursor
-        return None if cursor is None else cursor.kind.seeded
+        return self.loader.cursor.kind.seeded if self.by_index else None
 
 
 class _Head:
@@ -257,16 +262,14 @@ class _Head:
         """The epoch's first batches holding ``N`` rows, fetched by index through the user's loader (when the
         epoch was resumed after some), the sampler's generator set back to the epoch's start meanwhile."""
         source, loader = self.source, self.source.loader
-        if not self.skipped or loader.num_processes == 1 or user_drop_last(loader):
+        if not self.skipped or loader.num_processes == 1 or source.drop_last:
             return
         generator, at_start = source.generator(), self.start.generator_state
         now = generator.get_state() if generator is not None else None
         if generator is not None and at_start is not None:
             generator.set_state(decode_generator_state(at_start))
-        cursor = loader.cursor
-        assert cursor is not None  # NOTE: asked for map-style data only
         try:
-            cursor.rewind(0, 0)
+            loader.cursor.rewind(0, 0)
             batches, rows = [], 0
             for batch in itertools.islice(loader.user_batches(), self.skipped):
                 batches.append(batch)
@@ -288,11 +291,6 @@ class _Head:
         return loader.slice_fn(
             _joined(batches[:1] if enough else batches), slice(0, n), process_index=0, num_processes=n
         )
-
-
-def user_drop_last(loader: Any) -> bool:
-    cursor = loader.cursor
-    return cursor.drop_last if cursor is not None else bool(loader.drop_last)
 
 
 def _joined(batches: list[Any]) -> Any:

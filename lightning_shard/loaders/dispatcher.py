@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -17,7 +17,7 @@ from lightning_shard.loaders.base import ResumableLoader
 from lightning_shard.loaders.cursor import EpochCursor
 from lightning_shard.loaders.data_kind import DataKind
 from lightning_shard.loaders.dispatch_source import DispatchSource
-from lightning_shard.loaders.kinds import dispatched_kind
+from lightning_shard.loaders.kinds import classify
 from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader
@@ -83,8 +83,8 @@ class DataLoaderDispatcher(ResumableLoader):
                 "torch.distributed process group to send batches over. Call `torch.distributed.init_process_group` "
                 "first (Lightning's strategy does), or use `dispatch_batches=False`."
             )
-        self.kind = kind if kind is not None else dispatched_kind(dataset)
-        if kwargs.get("batch_sampler") is not None and not self.kind.stream:
+        self.kind = kind if kind is not None else classify(dataset, dispatch=True, built=kwargs)
+        if self.kind.indexed:
             kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
         init_data_loader(self, dataset, **kwargs)
         self.device = None if device is None else torch.device(device)
@@ -116,11 +116,11 @@ class DataLoaderDispatcher(ResumableLoader):
         start): the dataset is shared, the batch sampler (and its sampler and generator) copied."""
         kwargs = loader_settings(self)
         kwargs.pop("generator", None)
-        cursor = self.cursor
-        if cursor is None:
-            kwargs.update(batch_size=self.batch_size, drop_last=self.drop_last)
+        if self.kind.indexed:
+            index = cast(EpochCursor, self.cursor).batch_sampler
+            kwargs["batch_sampler"] = copy.deepcopy(index, {id(self.dataset): self.dataset})
         else:
-            kwargs["batch_sampler"] = copy.deepcopy(cursor.batch_sampler, {id(self.dataset): self.dataset})
+            kwargs.update(batch_size=self.batch_size, drop_last=self.drop_last)
         twin = type(self)(
             self.dataset,
             device=self.device,

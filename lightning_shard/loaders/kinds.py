@@ -3,13 +3,20 @@ datasets, samplers and libraries (docs/DESIGN.md, "Kinds of data")."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
 
 from lightning_shard.loaders.base import ResumableLoader
-from lightning_shard.loaders.data_kind import DataKind, IndexShape, LeftAsItIs
-from lightning_shard.loaders.streams import SHORTEST, StreamEnds, stream_ends_for
+from lightning_shard.loaders.data_kind import (
+    SHORTEST,
+    DataKind,
+    IndexShape,
+    LeftAsItIs,
+    StreamEnds,
+    stream_ends_for,
+)
 from lightning_shard.log import warn
 from lightning_shard.sampling import litdata_stream, mosaic_stream, webdataset_stream
 from lightning_shard.sampling.batch_shard import BatchSamplerShard
@@ -31,18 +38,23 @@ from lightning_shard.sampling.torchdata_nodes import NodesGraph, is_node_graph, 
 def classify(
     dataloader: Any,
     *,
-    num_processes: int,
+    num_processes: int = 1,
     process_index: int = 0,
-    dispatch: bool | None,
-    put_on_device: bool,
-    iterable_sharding: IterableSharding,
-    even_batches: bool,
+    dispatch: bool | None = None,
+    put_on_device: bool = False,
+    iterable_sharding: IterableSharding = "auto",
+    even_batches: bool = True,
     uneven: StreamEnds = SHORTEST,
+    built: dict[str, Any] | None = None,
 ) -> DataKind:
     """The ``DataKind`` of the user's ``dataloader`` prepared for ``num_processes`` processes (``dispatch=None``
-    dispatches an iterable dataset when ``put_on_device``; ``uneven``: a stream's ends without ``even_batches``).
-    Raises, naming the fix, on a loader that is not a ``DataLoader`` or is sharded already, or on a stream that
-    cannot be read as asked."""
+    dispatches an iterable dataset when ``put_on_device``; ``uneven``: a stream's ends without ``even_batches``);
+    with ``built``, the ``DataLoader`` arguments of a loader the seed's constructors build directly over
+    ``dataloader``, then a dataset or a shard of one: what it is built over decides (``dispatch``: a
+    ``DataLoaderDispatcher``). Raises, naming the fix, on a loader that is not a ``DataLoader`` or is sharded
+    already, or on a stream that cannot be read as asked."""
+    if built is not None:
+        return _built(dataloader, built, bool(dispatch))
     _check_unsharded(dataloader)
     dataset, workers = dataloader.dataset, dataloader.num_workers
     streamed = isinstance(dataset, IterableDataset)
@@ -53,45 +65,33 @@ def classify(
     if dispatch:
         return _dispatched_stream(dataset, num_processes)
     kind = _stream(dataset, iterable_sharding, num_processes, workers, process_index == 0)
-    ends = stream_ends_for(kind.state_name == STRIDED_STREAM, even_batches, uneven)
+    ends = stream_ends_for(kind.source == "strided", even_batches, uneven)
     # NOTE: checked unless declared `splits_by_rank = False` (random elements: their contents differ).
     declared_same = getattr(dataset, "splits_by_rank", None) is False
     fingerprinted = kind.source == "strided" and num_processes > 1 and not declared_same
-    return DataKind(**{**vars(kind), "stream_ends": ends, "fingerprinted": fingerprinted})
+    return dataclasses.replace(kind, stream_ends=ends, fingerprinted=fingerprinted)
 
 
-def is_stream(dataloader: DataLoader) -> bool:
-    """Whether ``dataloader`` reads an iterable dataset (what a loader is prepared for decides the rest)."""
-    return isinstance(dataloader.dataset, IterableDataset)
-
-
-def classify_built(dataset: Any, kwargs: dict[str, Any]) -> DataKind:
-    """The ``DataKind`` of a ``DataLoaderShard`` built directly over ``dataset`` (the seed's constructor)."""
-    if isinstance(dataset, IterableDatasetShard):
+def _built(dataset: Any, kwargs: dict[str, Any], dispatch: bool) -> DataKind:
+    """The ``DataKind`` of a loader built directly over ``dataset`` with the ``DataLoader`` arguments
+    ``kwargs``: a shard's kind is what it was built as; a dispatcher's map-style data is read by index when it
+    is given a ``batch_sampler``."""
+    if not dispatch and isinstance(dataset, IterableDatasetShard):
         ends = stream_ends_for(True, dataset.even_batches or dataset.num_processes == 1)
         return DataKind(
             "strided", state_name=STRIDED_STREAM, stream_ends=ends, fingerprinted=dataset.fingerprinted
         )
-    if isinstance(dataset, NativeStreamShard):
-        return DataKind(
-            "shares",
-            state_name=dataset.kind,
-            library=dataset.library,
-            stream_ends=stream_ends_for(False, True),
-        )
+    if not dispatch and isinstance(dataset, NativeStreamShard):
+        ends = stream_ends_for(False, True)
+        return DataKind("shares", state_name=dataset.kind, library=dataset.library, stream_ends=ends)
     if isinstance(dataset, IterableDataset):
-        return DataKind("plain")
-    sampler, unbatched = kwargs.get("sampler"), kwargs.get("batch_size", 1) is None
-    if kwargs.get("batch_sampler") is not None or not unbatched:
-        return DataKind("map", index_shape="batches")
-    if isinstance(sampler, SampleShard):
-        return DataKind("map", index_shape="samples")
-    return DataKind("map", index_shape="sampler" if isinstance(sampler, BatchSampler) else "none")
-
-
-def dispatched_kind(dataset: Any) -> DataKind:
-    """The ``DataKind`` of a ``DataLoaderDispatcher`` built directly over ``dataset``."""
-    return DataKind("strided" if isinstance(dataset, IterableDataset) else "map", True)
+        return DataKind("strided", True, state_name=STRIDED_STREAM) if dispatch else DataKind("plain")
+    sampler, batched = kwargs.get("sampler"), kwargs.get("batch_size", 1) is not None
+    if kwargs.get("batch_sampler") is not None or (batched and not dispatch):
+        return DataKind("map", dispatch, "batches")
+    if dispatch or not isinstance(sampler, (SampleShard, BatchSampler)):
+        return DataKind("map", dispatch)
+    return DataKind("map", index_shape="samples" if isinstance(sampler, SampleShard) else "sampler")
 
 
 def classify_iterable(
@@ -212,9 +212,10 @@ def _stream(
             f"{missing}. Give it `n_shards` and `shard(num_shards, index)` with at least one shard per process "
             "(see the README, \"Streaming data\"), or use `iterable_sharding='auto'` to fall back to striding."
         )
+    kind = DataKind("strided", state_name=STRIDED_STREAM, reason=missing)
     if first:
-        _say_fallback(missing, num_processes)
-    return DataKind("strided", state_name=STRIDED_STREAM, reason=missing)
+        _say_fallback(kind, num_processes)
+    return kind
 
 
 def _dispatched_stream(dataset: Any, num_processes: int) -> DataKind:
@@ -230,15 +231,16 @@ def _dispatched_stream(dataset: Any, num_processes: int) -> DataKind:
         )
     # NOTE: whatever the loader's workers: a resumed epoch may be read by the count it began with.
     workers_shard = splits is None and _cannot_shard(dataset, 1) is None and not is_hugging_face(dataset)
-    return DataKind("strided", True, library=splits, workers_shard=workers_shard)
+    return DataKind("strided", True, state_name=STRIDED_STREAM, library=splits, workers_shard=workers_shard)
 
 
-def _say_fallback(reason: str, num_processes: int) -> None:
-    """Tell the user once, on rank 0, why ``"auto"`` strides the stream (every process reads all of it)."""
+def _say_fallback(kind: DataKind, num_processes: int) -> None:
+    """Tell the user once, on rank 0, why ``"auto"`` strides the stream (every process reads all of it): the
+    ``kind``'s reason."""
     # NOTE: the warnings module shows each distinct message once per process, so no registry of our own.
     warn(
         f"lightning_shard: every process reads the whole iterable dataset and keeps 1/{num_processes} of it, "
-        f"because {reason}. That needs the same stream on every process, which the processes check "
+        f"because {kind.reason}. That needs the same stream on every process, which the processes check "
         "at each epoch's first batch. To read each sample once in the job, give the dataset `n_shards` and "
         '`shard(num_shards, index)` (README, "Streaming data"), or, if it splits itself by rank, declare '
         "`splits_by_rank = True` on it; pass `iterable_sharding='stride'` to keep striding without this message.",

@@ -55,9 +55,6 @@ class NodesSource(BatchSource):
     def workers(self) -> int:
         return self.inner.workers()
 
-    def describe(self) -> str | None:
-        return self.inner.describe()
-
     def synchronize(self) -> None:
         self.inner.synchronize()
 

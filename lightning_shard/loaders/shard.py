@@ -4,6 +4,7 @@ of data has (docs/DESIGN.md, "Real loader subclasses", "Kinds of data")."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any, cast
 
 import torch
@@ -17,15 +18,15 @@ from lightning_shard.comm.rng import normalize_rng_types
 from lightning_shard.comm.topology import Topology
 from lightning_shard.loaders.base import ResumableLoader
 from lightning_shard.loaders.cursor import EpochCursor
-from lightning_shard.loaders.data_kind import DataKind
-from lightning_shard.loaders.kinds import classify_built
+from lightning_shard.loaders.data_kind import DataKind, StreamEnds
+from lightning_shard.loaders.kinds import classify
 from lightning_shard.loaders.map_source import MapSource, PlainSource
 from lightning_shard.loaders.nodes_source import NodesSource
 from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.share_source import ShareSource
 from lightning_shard.loaders.source import BatchSource, ShardSource
-from lightning_shard.loaders.streams import StreamEnds, StreamRun
+from lightning_shard.loaders.streams import StreamRun
 from lightning_shard.loaders.strided_source import StridedSource
 from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader
 from lightning_shard.sampling.stream_fingerprint import CollateFingerprinted
@@ -52,7 +53,8 @@ class DataLoaderShard(ResumableLoader):
             it); ``None``: the default process group is the data-parallel group.
         stream_ends: how the processes' streams end (``loaders/streams.py``; docs/DESIGN.md, "Streaming
             data"): ``"same"`` (a strided stream: all end together), ``"pad"`` (a share of its own),
-            ``"shortest"`` or ``"own"``; ``None``: ``"same"`` or ``"pad"`` by the stream's kind.
+            ``"shortest"`` or ``"own"``; ``None``: ``"same"`` or ``"pad"`` by the stream's kind (given, it
+            replaces the kind's).
         kind: what kind of data it holds (``prepare_data_loader`` passes what it decided; ``None``: decided
             from ``dataset`` and the index source given, ``loaders/kinds.py``).
         **kwargs: any other ``DataLoader`` argument.
@@ -79,7 +81,10 @@ class DataLoaderShard(ResumableLoader):
     ) -> None:
         skip_batches = check_non_negative("skip_batches", skip_batches)
         self.rng_types = normalize_rng_types(rng_types, synchronized_generator)
-        self.kind = kind if kind is not None else classify_built(dataset, kwargs)
+        kind = kind if kind is not None else classify(dataset, built=kwargs)
+        if stream_ends is not None and kind.stream_ends is not None:
+            kind = dataclasses.replace(kind, stream_ends=stream_ends)
+        self.kind = kind
         init_data_loader(self, dataset, **_with_cursor(self.kind, dataset, kwargs))
         self.device = None if device is None else torch.device(device)
         self.non_blocking = non_blocking
@@ -88,7 +93,7 @@ class DataLoaderShard(ResumableLoader):
         self.topology = topology
         self.draw_seed = data_seed if data_seed is not None else torch.initial_seed()
         """The seed of the main-process fetches' draws when the loader has no generator (``loaders/main_draws.py``)."""
-        self.source = _source(self, stream_ends)
+        self.source = _source(self)
         self.resumption = Resumption(self.source, skip_batches=skip_batches)
 
     def fresh_copy(self) -> DataLoaderShard:
@@ -96,17 +101,14 @@ class DataLoaderShard(ResumableLoader):
         start): the dataset is shared, the index source (and generators) or iterable shard copied."""
         user = getattr(self.dataset, "dataset", self.dataset) if self.kind.stream else self.dataset
         shared = {id(user): user}
-        cursor = self.cursor
         kwargs = dict(loader_settings(self))
-        if cursor is None:
+        if self.kind.indexed:
+            dataset, index = self.dataset, copy.deepcopy(cast(EpochCursor, self.cursor).batch_sampler, shared)
+            by_batch = self.kind.index_shape == "batches"
+            kwargs.update({"batch_sampler": index} if by_batch else {"sampler": index, "batch_size": None})
+        else:
             dataset = copy.deepcopy(self.dataset, shared)
             kwargs.update(batch_size=self.batch_size, drop_last=self.drop_last)
-        else:
-            dataset = self.dataset
-            index = copy.deepcopy(cursor.batch_sampler, shared)
-            kwargs.update(
-                {"sampler": index, "batch_size": None} if cursor is self.sampler else {"batch_sampler": index}
-            )
         # NOTE: one memo for everything copied: a generator shared by the sampler, the loader (worker seeds)
         # and `synchronized_generator` stays one generator in the copy.
         kwargs["generator"] = copy.deepcopy(self.generator, shared)
@@ -119,7 +121,6 @@ class DataLoaderShard(ResumableLoader):
             non_blocking=self.non_blocking,
             topology=self.topology,
             data_seed=self.draw_seed,
-            stream_ends=self.stream.stream_ends if self.stream is not None else None,
             kind=self.kind,
             **kwargs,
         )
@@ -133,29 +134,25 @@ class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
     its state is the shard state (torchdata's own counts the batch this loader reads ahead, so it is not offered)."""
 
 
-def _source(loader: DataLoaderShard, stream_ends: StreamEnds | None) -> BatchSource:
-    """The loader's source of batches, by its kind (``stream_ends``: the kind's policy unless given); a
-    torchdata.nodes graph's batches are made by it from the root items its kind's source reads."""
-    source = _items_source(loader, stream_ends)
+def _source(loader: DataLoaderShard) -> BatchSource:
+    """The loader's source of batches, by its kind; a torchdata.nodes graph's batches are made by it from the
+    root items its kind's source reads."""
+    source = _items_source(loader)
     pipeline = loader.kind.pipeline
     return source if pipeline is None else NodesSource(source, pipeline)
 
 
-def _items_source(loader: DataLoaderShard, stream_ends: StreamEnds | None) -> ShardSource:
+def _items_source(loader: DataLoaderShard) -> ShardSource:
     kind, dataset = loader.kind, cast(Any, loader.dataset)  # NOTE: a stream's shard, as its kind says
-    if kind.source == "map":
-        cursor = loader.cursor
-        return MapSource(loader, cursor) if cursor is not None else PlainSource(loader)
-    if kind.source == "plain":
+    if kind.indexed:  # NOTE: `_with_cursor` put the cursor where the kind says
+        return MapSource(loader, cast(EpochCursor, loader.cursor))
+    if kind.source in ("map", "plain"):
         return PlainSource(loader)
-    ends = stream_ends if stream_ends is not None else kind.stream_ends
-    assert ends is not None  # NOTE: every stream's kind has a policy (`stream_ends_for`).
-    shares = kind.source == "shares"
     spans = _covers_group(dataset.num_processes, loader.topology)
-    stream = StreamRun(
-        ends, dataset.num_processes, dataset.process_index, resumable=shares, spans_group=spans
-    )
-    return ShareSource(loader, dataset, stream) if shares else StridedSource(loader, dataset, stream)
+    stream = StreamRun(kind, dataset.num_processes, dataset.process_index, spans_group=spans)
+    if kind.source == "shares":
+        return ShareSource(loader, dataset, stream)
+    return StridedSource(loader, dataset, stream)
 
 
 def _covers_group(num_processes: int, topology: Topology | None) -> bool:

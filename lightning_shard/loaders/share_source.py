@@ -11,8 +11,7 @@ from torch.utils.data import DataLoader
 
 from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.source import Batches, StreamSource, moving, rows_of
-from lightning_shard.loaders.streams import StreamRun, describe
-from lightning_shard.sampling.native_stream import NATIVE_STREAM, NativeStreamShard
+from lightning_shard.sampling.native_stream import NativeStreamShard
 
 
 class ShareSource(StreamSource):
@@ -22,10 +21,6 @@ class ShareSource(StreamSource):
     was handed the state: the start then skips nothing)."""
 
     shard: NativeStreamShard
-
-    def __init__(self, loader: Any, shard: NativeStreamShard, stream: StreamRun) -> None:
-        super().__init__(loader, shard, stream)
-        self.library = shard.library
 
     def batches(self, start: Position) -> Batches:
         loader = self.loader
@@ -43,16 +38,4 @@ class ShareSource(StreamSource):
         return DataLoader.__len__(self.loader)
 
     def sharding(self) -> ShardingInfo:
-        # NOTE: a dataset that splits itself reports its own share's length (LitData), which differs by rank,
-        # and the state must be the same on every process.
-        kind = self.shard.kind
-        return self.stream_sharding(kind, bool(self.loader.drop_last), sized=kind == NATIVE_STREAM)
-
-    def describe(self) -> str:
-        shard = self.shard
-        how = (
-            f"native, each process reads only its share of {shard.dataset.n_shards} shards"
-            if shard.kind == NATIVE_STREAM
-            else "split by rank by the dataset itself (passed through)"
-        )
-        return describe(how, self.stream)
+        return self.stream_sharding(bool(self.loader.drop_last))

@@ -28,6 +28,7 @@ class BatchSource(ABC):
 
     stream: StreamRun | None = None
     """The end agreement of a stream's processes (and each one's position in a share of its own)."""
+
     library: SelfSplit | None = None
     """How a stream that splits itself does it (a library's own resume, why shares do not carry over)."""
 
@@ -66,10 +67,6 @@ class BatchSource(ABC):
         """The ``DataLoader`` workers the loader reads with."""
         return int(self.loader.num_workers)
 
-    def describe(self) -> str | None:
-        """How a stream is split and its uneven ends handled, for the plan line (``None``: not a stream)."""
-        return None
-
     def synchronize(self) -> None:  # noqa: B027 - a hook: nothing to copy unless a source says otherwise
         """Copy what process 0 decides of the next epoch's randomness (nothing, but for a map-style shard)."""
 
@@ -83,7 +80,8 @@ class ShardSource(BatchSource):
 
 
 class StreamSource(ShardSource):
-    """What the sources of a stream share: this process's ``shard`` of it and its end agreement."""
+    """What the sources of a stream share: this process's ``shard`` of it, its end agreement and, for one that
+    splits itself, its kind's ``library``."""
 
     stream: StreamRun
 
@@ -91,14 +89,17 @@ class StreamSource(ShardSource):
         super().__init__(loader)
         self.shard = shard
         self.stream = stream
+        self.library = loader.kind.library
 
     def set_epoch(self, epoch: int) -> None:
         self.shard.set_epoch(epoch)
 
-    def stream_sharding(self, sampler: str, drop_last: bool, sized: bool) -> ShardingInfo:
-        """The sharding of ``shard``, recorded as ``sampler`` (``sized``: its dataset's length is recorded)."""
+    def stream_sharding(self, drop_last: bool) -> ShardingInfo:
+        """The sharding of ``shard``, recorded under its kind's name, with its dataset's length but for a dataset
+        that splits itself: that one reports its own share's length (LitData), which differs by rank, and the
+        state must be the same on every process."""
         shard = self.shard
-        length = getattr(shard.dataset, "__len__", None) if sized else None
+        length = getattr(shard.dataset, "__len__", None) if self.loader.kind.library is None else None
         return ShardingInfo(
             mode="shard",
             num_processes=shard.num_processes,
@@ -107,7 +108,7 @@ class StreamSource(ShardSource):
             drop_last=drop_last,
             batch_size=shard.batch_size,
             dataset_length=int(length()) if callable(length) else None,
-            sampler=sampler,
+            sampler=self.loader.kind.state_name,
         )
 
 

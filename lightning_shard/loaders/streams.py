@@ -1,38 +1,21 @@
-"""Streams: one end agreement (two integers all-reduced per fetch, one batch ahead), four ways to end, the
-``stream_ends`` policies (docs/DESIGN.md, "Streaming data", "No hangs", "Scale")."""
+"""Streams: one end agreement (two integers all-reduced per fetch, one batch ahead), four ways to end (the
+``stream_ends`` policies, ``loaders/data_kind.py``; docs/DESIGN.md, "Streaming data", "No hangs", "Scale")."""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeAlias, get_args
+from typing import Any, get_args
 
 import torch
 import torch.distributed as dist
 
 from lightning_shard.comm.collectives import all_gather_objects, communication_device, is_distributed
+from lightning_shard.loaders.data_kind import OWN, PAD, SAME, SHORTEST, DataKind, StreamEnds, stream_ends_for
 from lightning_shard.loaders.position import Position
 from lightning_shard.loaders.stream_agreement import END, Agreement, SameStreamCheck, Share, all_ended
 from lightning_shard.log import warn
-
-StreamEnds: TypeAlias = Literal["pad", "shortest", "own", "same"]
-"""What a loader over a stream does when its processes' streams may end at different steps: ``"same"`` (all
-end together, or all raise), ``"pad"`` (ended shares restart until all ended), ``"shortest"`` (all stop at
-the first end, rank 0 reports what is left unseen) or ``"own"`` (predict: no agreement)."""
-PAD: Final = "pad"
-SHORTEST: Final = "shortest"
-OWN: Final = "own"
-SAME: Final = "same"
-
-
-def stream_ends_for(strided: bool, even_batches: bool, uneven: StreamEnds = SHORTEST) -> StreamEnds:
-    """The ``stream_ends`` policy of a stream, decided here only: with ``even_batches`` ``"same"`` (strided) or
-    ``"pad"`` (a share of its own), else ``uneven`` (``"own"`` where no step is collective: predict)."""
-    if not even_batches:
-        return uneven
-    return SAME if strided else PAD
-
 
 _QUEUED = 16
 """Paddings kept for batches yielded but not yet consumed (Lightning reads one batch ahead)."""
@@ -73,36 +56,40 @@ def _per_rank(counts: tuple[int, ...]) -> str:
 
 
 class StreamRun:
-    """The ``stream_ends`` policy, position and end agreement of process ``process_index`` of ``num_processes``
-    reading a stream; ``resumable``: the loader itself skips batches on resume (shares, not a strided stream);
-    ``spans_group``: every rank of the default group iterates it (then the ends can be agreed on)."""
+    """The position and end agreement of process ``process_index`` of ``num_processes`` reading a stream of
+    ``kind``, whose ``stream_ends`` policy it follows (a share of its own, ``"shares"``, is ``resumable``: the
+    loader itself skips its batches on resume); ``spans_group``: every rank of the default group iterates it
+    (then the ends can be agreed on)."""
 
     def __init__(
-        self,
-        stream_ends: StreamEnds,
-        num_processes: int,
-        process_index: int,
-        *,
-        resumable: bool,
-        spans_group: bool = True,
+        self, kind: DataKind, num_processes: int, process_index: int, *, spans_group: bool = True
     ) -> None:
-        # NOTE: a share of its own (resumable) is padded, a strided stream ends together ("same").
-        allowed = [ends for ends in get_args(StreamEnds) if ends != (SAME if resumable else PAD)]
-        if stream_ends not in allowed:
+        self.resumable = kind.source == "shares"
+        # NOTE: the other kind's even policy is refused: a share of its own is padded, a strided stream ends
+        # together ("same").
+        refused = stream_ends_for(strided=self.resumable, even_batches=True)
+        allowed = [ends for ends in get_args(StreamEnds) if ends != refused]
+        if kind.stream_ends not in allowed:
             raise ValueError(
-                f"`stream_ends` must be one of {allowed} for this stream, got {stream_ends!r}. Leave it `None`: "
-                "the stream's kind then decides (`stream_ends_for`)."
+                f"`stream_ends` must be one of {allowed} for this stream, got {kind.stream_ends!r}. Leave it "
+                "`None`: the stream's kind then decides (`stream_ends_for`)."
             )
-        self.stream_ends = stream_ends
+        self.kind = kind
         self.num_processes = num_processes
         self.process_index = process_index
-        self.resumable = resumable
         self.spans_group = spans_group
         self._paddings: deque[int] = deque(maxlen=_QUEUED)
         self.report: StreamReport | None = None
         """The last finished epoch's report (``None`` under ``"same"``: nothing to report)."""
         self.exchanged = 0
         """Bytes this process all-reduced in the current (or last) epoch's agreement (checks, then the report)."""
+
+    @property
+    def stream_ends(self) -> StreamEnds:
+        """The kind's ``stream_ends`` policy."""
+        ends = self.kind.stream_ends
+        assert ends is not None  # NOTE: checked when built
+        return ends
 
     @property
     def uneven(self) -> bool:
@@ -288,16 +275,3 @@ def _empty_shares(empty_here: bool, process_index: int) -> list[int]:
     """The processes whose shares are empty, gathered from every rank (only on the way to raising)."""
     flagged = all_gather_objects(process_index if empty_here else None)
     return sorted({index for index in flagged if index is not None})
-
-
-ENDS_TEXT = {
-    PAD: "uneven ends padded by restarting the shorter shares (padded samples counted at each epoch's end)",
-    SHORTEST: "all stop at the shortest stream (samples left unseen reported at each epoch's end)",
-    OWN: "each process reads its part to its end",
-}
-
-
-def describe(how: str, stream: StreamRun) -> str:
-    """How a loader's stream is split (``how``) and its uneven ends handled, for the plan line."""
-    ends = ENDS_TEXT.get(stream.stream_ends)
-    return f"{how}; {ends}" if ends else how

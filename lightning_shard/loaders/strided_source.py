@@ -11,14 +11,13 @@ from typing import Any
 
 import torch
 
+from lightning_shard.loaders.data_kind import SHORTEST
 from lightning_shard.loaders.main_draws import epoch_seed, fetch_seed, isolated_fetches
 from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.source import Batches, StreamSource, moving, rows_of
 from lightning_shard.loaders.stream_agreement import SameStreamCheck
 from lightning_shard.loaders.stream_replay import replayed_batches
-from lightning_shard.loaders.streams import SHORTEST, describe
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
-from lightning_shard.sampling.native_stream import STRIDED_STREAM
 from lightning_shard.sampling.stream_fingerprint import checked_step
 
 
@@ -93,10 +92,7 @@ class StridedSource(StreamSource):
         return int(rounded(elements / batch_size))
 
     def sharding(self) -> ShardingInfo:
-        return self.stream_sharding(STRIDED_STREAM, self.shard.drop_last, sized=True)
-
-    def describe(self) -> str:
-        return describe("strided, every process reads the whole stream", self.stream)
+        return self.stream_sharding(self.shard.drop_last)
 
     def generator(self) -> torch.Generator | None:
         return self.loader.synchronized_generator

@@ -96,7 +96,7 @@ class NativeStreamShard(IterableDataset):
     def __init__(
         self,
         dataset: Any,
-        kind: Literal["native-stream", "self-split-stream"],
+        kind: StreamKind | None,
         num_processes: int,
         process_index: int,
         *,
@@ -105,7 +105,7 @@ class NativeStreamShard(IterableDataset):
         library: SelfSplit | None = None,
         workers_shard: bool = False,
     ) -> None:
-        if kind not in NATIVE_STREAM_KINDS:
+        if kind is None or kind not in NATIVE_STREAM_KINDS:
             raise ValueError(
                 f"`kind` must be {NATIVE_STREAM!r} or {SELF_SPLIT_STREAM!r}, got {kind!r}. Let `prepare_data_loader` build the share "
                 "(its `iterable_sharding` option chooses)."

@@ -177,8 +177,6 @@ _RECOGNISERS = {
     "recognise",
     "declared",
     "classify",
-    "classify_built",
-    "is_stream",
 }
 _CLASSIFIER = {"loaders/kinds.py"}
 _LIBRARY_MODULES = {
@@ -210,11 +208,12 @@ def _inspections(tree: ast.AST) -> list[str]:
 def test_only_the_classifier_inspects_the_kind_of_data() -> None:
     """docs/DESIGN.md, "Kinds of data": one function decides what kind of data a loader holds, and nothing
     after inspects a dataset's or library's type to find it out again (the recognisers of the libraries are
-    called by the classifier only; ``prepare.py`` calls ``classify``, a directly built loader ``classify_built``)."""
+    called by the classifier only; ``prepare.py`` and the constructors of a directly built loader call
+    ``classify``, the one entry point)."""
     callers = {
         "prepare.py": {"classify(...)", "classify_iterable(...)"},
-        "loaders/shard.py": {"classify_built(...)"},
-        "lightning/stages.py": {"is_stream(...)"},
+        "loaders/shard.py": {"classify(...)"},
+        "loaders/dispatcher.py": {"classify(...)"},
         "lightning/sharding.py": {"classify_iterable(...)"},
     }
     found = {}

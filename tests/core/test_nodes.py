@@ -192,7 +192,7 @@ def test_an_iterable_wrapper_is_strided_like_a_stream(iterable: Any) -> None:
         )
         batches = _ids(loader)
         assert batches == _ids(reference)
-        assert "strided" in (loader.source.describe() or "")
+        assert "strided" in (loader.kind.describe() or "")
         seen += [i for batch in batches for i in batch]
     assert sorted(seen) == list(range(N_IDS))
 

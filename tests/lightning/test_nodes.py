@@ -64,7 +64,10 @@ def test_the_plan_names_the_graph(fitted: tuple[Path, int, str]) -> None:
         "torchdata.nodes `Loader(ParallelMapper(Batcher(ParallelMapper(SamplerWrapper(RandomSampler)))))`, "
         "sharded through its root" in output
     )
-    assert "stream: strided, every process reads the whole stream; torchdata.nodes `Loader(" in output
+    assert (
+        "stream: strided, every process reads the whole stream (it does not implement `n_shards` and "
+        "`shard(num_shards, index)`); torchdata.nodes `Loader(" in output
+    )
 
 
 def test_a_weighted_sampler_given_the_rank_is_passed_through(fitted: tuple[Path, int, str]) -> None:

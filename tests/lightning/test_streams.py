@@ -40,7 +40,10 @@ def test_training_pads_the_shorter_share_and_says_so(uneven: tuple[Path, str]) -
     assert sorted(i for ids in first for i in ids) == list(range(30)), "process 0's share, each id once"
     flat = [i for ids in second for i in ids]
     assert sorted(flat[:10]) == list(range(30, 40)) and flat[10:] == (flat[:10] * 2)[:18]
-    assert "stream: native, each process reads only its share of 5 shards; uneven ends padded" in output
+    assert (
+        "stream: native, each process reads only its share (5 shards over 2 processes); uneven ends padded"
+        in output
+    )
     assert "stream epoch 0: 8 steps, 40 samples read (rank 0: 30, rank 1: 10), 18 padded" in output
 
 

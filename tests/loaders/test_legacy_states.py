@@ -61,7 +61,9 @@ def test_the_records_cover_every_kind_and_mode_of_the_releases() -> None:
     assert {key.split("/")[0] for key in RECORDS} == {"0.2.0", "0.3.0", "0.4.0"}
     assert set(CASES) <= {record["case"] for record in RECORDS.values() if record["version"] == "0.2.0"}
     for version in ("0.3.0", "0.4.0"):
-        assert set(ALL_CASES) == {record["case"] for record in RECORDS.values() if record["version"] == version}
+        assert set(ALL_CASES) == {
+            record["case"] for record in RECORDS.values() if record["version"] == version
+        }
 
 
 @pytest.mark.parametrize("key", sorted(RECORDS))

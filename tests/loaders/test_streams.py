@@ -21,7 +21,8 @@ from accelerate.data_loader import IterableDatasetShard as ReferenceShard
 from torch.utils.data import DataLoader
 
 from lightning_shard import WorkerCountWarning, prepare_data_loader
-from lightning_shard.loaders.streams import PAD, SAME, StreamRun
+from lightning_shard.loaders.data_kind import PAD, SAME, DataKind
+from lightning_shard.loaders.streams import StreamRun
 from tests.helpers.datasets import IdShardsStream, IdStream, RankSplitIdStream, id_shards
 from tests.helpers.dist import progress, run_distributed
 from tests.helpers.hf import hf_id_stream
@@ -292,9 +293,9 @@ def test_a_native_stream_resumed_under_another_worker_count_finishes_the_epoch_e
 def test_a_stream_runs_ends_go_through_the_restore_not_the_run() -> None:
     """A released state's per-process ends become a restore's (``Position.ended_at``), which the epoch's
     start hands to the run; a state written now holds none (each process finds its own end again)."""
-    run = StreamRun(PAD, 2, 0, resumable=True)
+    run = StreamRun(DataKind("shares", stream_ends=PAD), 2, 0)
     saved = [{"ended_at": 3}, {"ended_at": None}]
     assert run.restored_ends(saved) == (3, None), "a 0.2 / 0.3 state's ends are honoured"
     assert run.saved_ends() == [] and run.restored_ends([]) is None, "a new state holds no end"
     assert run.restored_ends(saved[:1]) is None, "another number of processes' ends are no position here"
-    assert StreamRun(SAME, 2, 0, resumable=False).saved_ends() is None
+    assert StreamRun(DataKind("strided", stream_ends=SAME), 2, 0).saved_ends() is None
