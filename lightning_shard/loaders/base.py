@@ -176,6 +176,10 @@ class ResumableLoader(DataLoader):
         """
         self.resumption.load_state_dict(state_dict)
 
+    def fresh_copy(self) -> ResumableLoader:
+        """A loader with every setting and the epoch of this one, at the epoch's start (each class builds its own)."""
+        raise NotImplementedError
+
     def state_at(self, steps: int) -> LoaderState:
         """The loader's state once ``steps`` steps of the epoch in progress (or the next) are consumed.
 
