@@ -22,9 +22,13 @@ from lightning_shard.loaders.kinds import (
     user_batch_sampler,
     user_batch_size,
 )
-from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
-from lightning_shard.loaders.user_class import carry_user_attributes, user_loader_class, with_user_class
+from lightning_shard.loaders.user_class import (
+    carry_user_attributes,
+    loader_settings,
+    user_loader_class,
+    with_user_class,
+)
 from lightning_shard.options import ShardOptions
 from lightning_shard.sampling.balance import BALANCED, EvenBatches
 from lightning_shard.sampling.batch_shard import BatchSamplerShard

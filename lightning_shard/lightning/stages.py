@@ -16,9 +16,8 @@ from lightning_shard.lightning._private import record_batch_indices, unwrap_inde
 from lightning_shard.loaders.data_kind import OWN, SHORTEST, StreamEnds
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
 from lightning_shard.loaders.kinds import is_prepared
-from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.shard import DataLoaderShard
-from lightning_shard.loaders.user_class import rebuilt_as_user_class
+from lightning_shard.loaders.user_class import loader_settings, rebuilt_as_user_class
 from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_with_options
 from lightning_shard.sampling.balance import BALANCED

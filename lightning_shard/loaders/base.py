@@ -14,9 +14,9 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from lightning_shard.loaders.cursor import EpochCursor, IndexObserver
 from lightning_shard.loaders.position import Position, ResumeHook, ShardingInfo, Standing
 from lightning_shard.loaders.resumable import Resumption
-from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.state import LoaderState
 from lightning_shard.loaders.streams import StreamRun
+from lightning_shard.loaders.user_class import loader_settings
 
 if TYPE_CHECKING:
     from lightning_shard.loaders.data_kind import DataKind
