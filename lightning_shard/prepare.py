@@ -14,10 +14,21 @@ from lightning_shard.comm.collectives import broadcast_object, is_distributed, w
 from lightning_shard.comm.topology import Topology, resolve_topology
 from lightning_shard.loaders.data_kind import SAME, SHORTEST, DataKind, LeftAsItIs, StreamEnds
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
-from lightning_shard.loaders.kinds import classify, classify_iterable, user_batch_sampler
-from lightning_shard.loaders.settings import loader_settings
+from lightning_shard.loaders.kinds import (
+    classify,
+    classify_iterable,
+    is_data_loader,
+    is_prepared,
+    user_batch_sampler,
+    user_batch_size,
+)
 from lightning_shard.loaders.shard import DataLoaderShard
-from lightning_shard.loaders.user_class import carry_user_attributes, user_loader_class, with_user_class
+from lightning_shard.loaders.user_class import (
+    carry_user_attributes,
+    loader_settings,
+    user_loader_class,
+    with_user_class,
+)
 from lightning_shard.options import ShardOptions
 from lightning_shard.sampling.balance import BALANCED, EvenBatches
 from lightning_shard.sampling.batch_shard import BatchSamplerShard
@@ -75,7 +86,7 @@ def prepare_with_options(
 ) -> DataLoaderShard | DataLoaderDispatcher:
     """``prepare_data_loader`` for an already checked ``ShardOptions`` and topology; ``uneven_streams``: what a
     stream does with ``even_batches=False`` (``"shortest"`` for a training loop, ``"own"`` for predict)."""
-    if not isinstance(dataloader, DataLoader):
+    if not is_data_loader(dataloader):
         return _prepare_graph(dataloader, options, topology, device=device, uneven_streams=uneven_streams)
     return _prepare(dataloader, options, topology, device, device_mesh, uneven_streams)
 
@@ -128,7 +139,7 @@ def _prepare(
     )
     kind = kind if pipeline is None else dataclasses.replace(kind, pipeline=pipeline)
     if options.split_batches:
-        batch_size = dataloader.batch_size or getattr(user_batch_sampler(dataloader), "batch_size", None)
+        batch_size = user_batch_size(dataloader)
         check_split_batch_size(batch_size, topology.num_processes, "dataloader")
     if kind.dispatch:
         _check_dispatch_mesh(device_mesh, topology)
@@ -323,7 +334,7 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
         TypeError / ValueError: if ``dataloader`` is not a ``DataLoader`` or ``num_batches < 0``.
     """
     check_non_negative("num_batches", num_batches)
-    if isinstance(dataloader, (DataLoaderShard, DataLoaderDispatcher)):
+    if is_prepared(dataloader):
         skipped = dataloader.fresh_copy()
         skipped.resumption.skip(num_batches, dataloader.epoch)
         return skipped

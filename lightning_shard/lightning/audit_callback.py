@@ -256,10 +256,9 @@ def _epoch_audit(loader: ShardLoader, steps_before: int, recorded: bool = False)
     epoch is sharded like a dataset of the remaining samples, which sets the padding allowed; the samples
     consumed before are allowed missing unless their record came with the checkpoint (``recorded``).
     """
-    state = loader.state_at(steps_before)
-    info = state.sharding
-    length, batch_size = info.dataset_length or 0, info.batch_size or 0
-    before = min(state.consumed * batch_size, length)
+    info = loader.sharding
+    length = info.dataset_length or 0
+    before = min(loader.standing(steps_before).samples, length)
     padding, missing = sharding_allowances(info, length - before)
     allowed_missing = missing if recorded else before + missing
     return ShardAudit(length, allowed_padding=padding, allowed_missing=allowed_missing), before

@@ -12,12 +12,12 @@ import lightning.pytorch as pl
 import torch
 from lightning.fabric.utilities.data import sized_len
 from lightning.pytorch.strategies import ParallelStrategy
-from torch.utils.data import DataLoader
 
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import sampler_injection_enabled
 from lightning_shard.lightning.stages import STAGES, stage_defaults
 from lightning_shard.lightning.strategy import ShardingHooks
+from lightning_shard.loaders.kinds import is_data_loader, user_batch_size
 from lightning_shard.options import ShardOptions, check_known
 from lightning_shard.prepare import prepare_with_options
 
@@ -76,7 +76,7 @@ class ShardDataModule(pl.LightningDataModule):
             ValueError: if the training loader has no batch size.
         """
         loader = self.train_dataloader()
-        batch_size = loader.batch_size or getattr(loader.batch_sampler, "batch_size", None)
+        batch_size = user_batch_size(loader)
         if batch_size is None:
             raise ValueError(
                 "`global_batch_size` needs the training loader's batch size, but it has none "
@@ -120,7 +120,7 @@ class ShardDataModule(pl.LightningDataModule):
     def _sharded_train_length(self) -> int:
         topology = self._topology()
         loader = self.train_dataloader()
-        if not isinstance(loader, DataLoader):
+        if not is_data_loader(loader):
             raise ValueError(
                 f"`steps_per_epoch` needs `train_dataloader()` to return one `DataLoader`, got "
                 f"{type(loader).__name__}. Compute the steps from your loaders yourself."

@@ -22,6 +22,7 @@ from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.random_state_files import KEY, name_checkpoint, read_own, write_own
 from lightning_shard.lightning.stages import is_shard_loader, uneven_steps
 from lightning_shard.lightning.torchrun import export_rank_variables
+from lightning_shard.loaders.kinds import is_data_loader
 from lightning_shard.log import info, warn
 from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_with_options
@@ -97,7 +98,7 @@ class ShardFabricStrategy(RegisteredNames, DDPStrategy):
     @override
     def process_dataloader(self, dataloader: DataLoader) -> DataLoader:
         """``dataloader`` sharded with this strategy's options (one already sharded is kept)."""
-        if not isinstance(dataloader, DataLoader) or is_shard_loader(dataloader):
+        if not is_data_loader(dataloader) or is_shard_loader(dataloader):
             return dataloader
         loader = prepare_with_options(dataloader, self.options, self.topology, device=self.root_device)
         problem = uneven_steps(loader, self.options, self.topology)

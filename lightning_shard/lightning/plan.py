@@ -181,9 +181,9 @@ def _padding(loader: ShardLoader, batches: int | None) -> tuple[int | None, int 
     if batches is None or state.dataset_length is None or not global_batch:
         return None, None  # NOTE: a batch sampler without `batch_size` (max tokens): sizes vary, no count.
     # NOTE: where the epoch the fit starts in stands: a checkpoint's restore, the epoch in progress, or none.
-    resumed = loader.resumption.current()
-    left = max(state.dataset_length - state.samples_in(resumed.base), 0)
-    covered = (batches - resumed.base_steps) * global_batch
+    at = loader.standing()
+    left = max(state.dataset_length - at.samples_before_resume, 0)
+    covered = (batches - at.steps_before_resume) * global_batch
     if state.drop_last:
         return 0, max(left - covered, 0)
     if not state.even_batches or (

@@ -54,7 +54,7 @@ from lightning_shard.lightning.stages import (
 )
 from lightning_shard.lightning.torchrun import warn_about_store_sharing
 from lightning_shard.loaders.data_kind import LeftAsItIs
-from lightning_shard.loaders.kinds import classify_iterable
+from lightning_shard.loaders.kinds import classify_iterable, is_data_loader
 from lightning_shard.loaders.state import STATE_FORMAT
 from lightning_shard.loaders.streams import StreamReport
 from lightning_shard.log import info, warn
@@ -159,7 +159,7 @@ class StrategySharding:
             return dataloader
         trainer, topology, device = self.trainer, self.topology, self._strategy.root_device
         stage = stage_key(trainer.state.stage)
-        if stage == "train" and not isinstance(dataloader, DataLoader):
+        if stage == "train" and not is_data_loader(dataloader):
             found = classify_iterable(
                 dataloader, num_processes=topology.num_processes, process_index=topology.process_index
             )
@@ -168,7 +168,7 @@ class StrategySharding:
                 return checked(dataloader, found, topology.num_processes) if found.checked else dataloader
         options = self.options_for(stage)
         if stage != "train":
-            if is_shard_loader(dataloader) or not isinstance(dataloader, DataLoader):
+            if is_shard_loader(dataloader) or not is_data_loader(dataloader):
                 return dataloader
             prepared = prepare_for_stage(dataloader, options, topology, stage, device)
             if is_shard_loader(prepared):

@@ -15,9 +15,9 @@ from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import record_batch_indices, unwrap_index_batch_sampler
 from lightning_shard.loaders.data_kind import OWN, SHORTEST, StreamEnds
 from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
-from lightning_shard.loaders.settings import loader_settings
+from lightning_shard.loaders.kinds import is_prepared
 from lightning_shard.loaders.shard import DataLoaderShard
-from lightning_shard.loaders.user_class import rebuilt_as_user_class
+from lightning_shard.loaders.user_class import loader_settings, rebuilt_as_user_class
 from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_with_options
 from lightning_shard.sampling.balance import BALANCED
@@ -27,7 +27,7 @@ ShardLoader = DataLoaderShard | DataLoaderDispatcher
 
 def is_shard_loader(loader: object) -> TypeGuard[ShardLoader]:
     """Whether ``loader`` was built by ``prepare_data_loader``."""
-    return isinstance(loader, (DataLoaderShard, DataLoaderDispatcher))
+    return is_prepared(loader)
 
 
 STAGES = ("train", "validate", "test", "predict")

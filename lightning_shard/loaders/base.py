@@ -12,11 +12,11 @@ from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lightning_shard.loaders.cursor import EpochCursor, IndexObserver
-from lightning_shard.loaders.position import Position, ResumeHook, ShardingInfo
+from lightning_shard.loaders.position import Position, ResumeHook, ShardingInfo, Standing
 from lightning_shard.loaders.resumable import Resumption
-from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.state import LoaderState
 from lightning_shard.loaders.streams import StreamRun
+from lightning_shard.loaders.user_class import loader_settings
 
 if TYPE_CHECKING:
     from lightning_shard.loaders.data_kind import DataKind
@@ -176,6 +176,10 @@ class ResumableLoader(DataLoader):
         """
         self.resumption.load_state_dict(state_dict)
 
+    def fresh_copy(self) -> ResumableLoader:
+        """A loader with every setting and the epoch of this one, at the epoch's start (each class builds its own)."""
+        raise NotImplementedError
+
     def state_at(self, steps: int) -> LoaderState:
         """The loader's state once ``steps`` steps of the epoch in progress (or the next) are consumed.
 
@@ -186,6 +190,16 @@ class ResumableLoader(DataLoader):
             ValueError: if ``steps`` is below the steps taken before this run resumed the epoch.
         """
         return self.resumption.state_at(self.resumption.snapshot(), steps)
+
+    def standing(self, steps: int | None = None) -> Standing:
+        """Where the epoch in progress (or a pending restore, or the next epoch) stands once ``steps`` of it are
+        consumed (default: the steps taken): the one answer, in steps and samples."""
+        resumption = self.resumption
+        state = resumption.state_at(resumption.snapshot(), steps)
+        info, at = state.sharding, state.position
+        return Standing(
+            at.epoch or 0, at.steps, at.base_steps, info.samples_in(state.consumed), info.samples_in(at.base)
+        )
 
     @property
     def index_observer(self) -> IndexObserver | None:

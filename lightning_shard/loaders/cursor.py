@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from lightning_shard.sampling.samplers import BatchSamplerWrapper, SeekableBatchSampler
+from lightning_shard.sampling.samplers import BatchSamplerWrapper
 
 IndexObserver = Callable[[Iterator[Any]], Iterator[Any]]
 """Wraps one iteration's batches of indices, yielding them on (``ShardAuditCallback``'s ``IndexTap``)."""
@@ -21,7 +21,6 @@ class EpochCursor(BatchSamplerWrapper):
 
     def __init__(self, batch_sampler: Any) -> None:
         super().__init__(batch_sampler)
-        self.seekable = isinstance(batch_sampler, SeekableBatchSampler)
         self.start = 0
         self.consumed = 0
         self.observer: IndexObserver | None = None

@@ -19,8 +19,7 @@ from lightning_shard.loaders.data_kind import DataKind
 from lightning_shard.loaders.dispatch_source import DispatchSource
 from lightning_shard.loaders.kinds import classify
 from lightning_shard.loaders.resumable import Resumption
-from lightning_shard.loaders.settings import loader_settings
-from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader
+from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader, loader_settings
 
 
 class DataLoaderDispatcher(ResumableLoader):

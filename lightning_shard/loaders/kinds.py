@@ -4,7 +4,7 @@ datasets, samplers and libraries (docs/DESIGN.md, "Kinds of data")."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, TypeGuard
 
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
 
@@ -134,6 +134,21 @@ def _check_weighted(graph: NodesGraph, num_processes: int, process_index: int) -
             "tensor parallelism: the data-parallel rank and size), or root the graph in a `SamplerWrapper` to "
             "have it sharded."
         )
+
+
+def is_data_loader(value: object) -> TypeGuard[DataLoader]:
+    """Whether ``value`` is a ``DataLoader`` (else a torchdata.nodes graph, or an iterable left as it is)."""
+    return isinstance(value, DataLoader)
+
+
+def is_prepared(value: object) -> TypeGuard[ResumableLoader]:
+    """Whether ``value`` is a loader this package prepared (a ``DataLoaderShard`` or ``DataLoaderDispatcher``)."""
+    return isinstance(value, ResumableLoader)
+
+
+def user_batch_size(dataloader: DataLoader) -> int | None:
+    """The user's batch size: the loader's, else its batch sampler's (``None``: one of its own without one)."""
+    return dataloader.batch_size or getattr(user_batch_sampler(dataloader), "batch_size", None)
 
 
 # -- map-style ------------------------------------------------------------------------------------------

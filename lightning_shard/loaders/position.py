@@ -42,6 +42,22 @@ class Position:
         return self.steps - self.base_steps
 
 
+@dataclass(frozen=True)
+class Standing:
+    """Where an epoch stands, each count in its unit (``ResumableLoader.standing``, what the plan line and the
+    audit read): steps are this process's, samples those of every process together."""
+
+    epoch: int
+    steps: int
+    """Steps of the epoch, those taken before a resume included."""
+    steps_before_resume: int
+    """Of ``steps``, those taken under the sharding the epoch was resumed from."""
+    samples: int
+    """Samples consumed in the epoch (0 when batch sizes are unknown)."""
+    samples_before_resume: int
+    """Of ``samples``, those consumed under the sharding the epoch was resumed from."""
+
+
 @dataclass(slots=True)
 class Progress:
     """The live counters of a loader's epoch, moved by its ``Resumption`` only; slotted, and apart from the

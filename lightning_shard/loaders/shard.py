@@ -23,12 +23,11 @@ from lightning_shard.loaders.kinds import classify
 from lightning_shard.loaders.map_source import MapSource, PlainSource
 from lightning_shard.loaders.nodes_source import NodesSource
 from lightning_shard.loaders.resumable import Resumption
-from lightning_shard.loaders.settings import loader_settings
 from lightning_shard.loaders.share_source import ShareSource
 from lightning_shard.loaders.source import BatchSource, ShardSource
 from lightning_shard.loaders.streams import StreamRun
 from lightning_shard.loaders.strided_source import StridedSource
-from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader
+from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader, loader_settings
 from lightning_shard.sampling.stream_fingerprint import CollateFingerprinted
 
 

@@ -193,7 +193,7 @@ _NOW_RECOGNISED = (
 )
 
 # NOTE: the first change of process count replays the epoch's order as its workers read it
-# (`loaders/stream_replay.py`); the state of the replayed epoch records where that replay stands, not how a
+# (`loaders/strided_source.py`); the state of the replayed epoch records where that replay stands, not how a
 # second one would continue.
 _SECOND_REPLAY = (
     "`state_dict` was saved in epoch {epoch} of a stream read by {workers} DataLoader workers, after that "

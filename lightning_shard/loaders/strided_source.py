@@ -1,5 +1,8 @@
 """The source of a strided stream: every process reads the whole stream and keeps its slice of each global
-batch (``IterableDatasetShard``; docs/DESIGN.md, "Streaming data", "Streams that split themselves")."""
+batch (``IterableDatasetShard``; docs/DESIGN.md, "Streaming data", "Streams that split themselves"). The rest
+of an epoch read by ``DataLoader`` workers and continued on another number of processes is replayed as it
+was read (its workers, its global batch), not skipped inside each worker, which would skip each worker's
+first elements rather than the epoch's ("Elastic resume")."""
 
 from __future__ import annotations
 
@@ -10,13 +13,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_shard.loaders.data_kind import SHORTEST
 from lightning_shard.loaders.main_draws import epoch_seed, fetch_seed, isolated_fetches
 from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.source import Batches, StreamSource, moving, rows_of
 from lightning_shard.loaders.stream_agreement import SameStreamCheck
-from lightning_shard.loaders.stream_replay import replayed_batches
+from lightning_shard.loaders.user_class import loader_settings
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.stream_fingerprint import checked_step
 
@@ -34,7 +38,7 @@ class StridedSource(StreamSource):
         discard = 0
         if start.base and workers > 0:
             # NOTE: another number of processes read part of this epoch with workers: replay the epoch's
-            # order (`loaders/stream_replay.py`); skipping inside each worker would skip the wrong elements.
+            # order (`loaders/strided_source.py`); skipping inside each worker would skip the wrong elements.
             loaded = replayed_batches(
                 shard,
                 consumed=start.base,
@@ -96,3 +100,68 @@ class StridedSource(StreamSource):
 
     def generator(self) -> torch.Generator | None:
         return self.loader.synchronized_generator
+
+
+_WORKER_SETTINGS = ("worker_init_fn", "multiprocessing_context", "prefetch_factor", "timeout")
+"""The user's ``DataLoader`` settings that decide how the workers read; everything else is ours."""
+
+
+class ReplayedOrder(IterableDataset):
+    """The elements of ``dataset`` in the order a ``DataLoader`` of ``settings`` (the epoch's workers, its
+    global batch as ``batch_size``) delivered them, after the first ``skip_groups`` global batches."""
+
+    def __init__(self, dataset: Any, skip_groups: int, **settings: Any) -> None:
+        self.dataset = dataset
+        self.skip_groups = skip_groups
+        self.settings = settings
+
+    def __iter__(self) -> Iterator[Any]:
+        groups = DataLoader(self.dataset, collate_fn=_elements, **self.settings)
+        for group in itertools.islice(groups, self.skip_groups, None):
+            yield from group
+
+
+def _elements(batch: list[Any]) -> list[Any]:
+    return batch
+
+
+def replayed_batches(
+    shard: IterableDatasetShard,
+    *,
+    consumed: int,
+    steps: int,
+    workers: int,
+    start: int,
+    loader: DataLoader,
+) -> Iterator[Any]:
+    """This process's batches of the rest of an epoch that ``workers`` workers read for ``steps`` steps
+    (``consumed`` elements), of which this ``shard`` (this topology) already took ``start`` steps."""
+    shard.seed_dataset_generator()
+    settings = loader_settings(loader)
+    order = ReplayedOrder(
+        shard.dataset,
+        steps,
+        batch_size=consumed // steps,
+        drop_last=shard.drop_last,
+        num_workers=workers,
+        **{name: settings[name] for name in _WORKER_SETTINGS if name in settings},
+    )
+    rest = IterableDatasetShard(
+        order,
+        batch_size=shard.batch_size,
+        drop_last=shard.drop_last,
+        num_processes=shard.num_processes,
+        process_index=shard.process_index,
+        split_batches=shard.split_batches,
+        even_batches=shard.even_batches,
+    )
+    rest.resume(skip_steps=start)
+    return iter(
+        DataLoader(
+            rest,
+            batch_size=loader.batch_size,
+            drop_last=loader.drop_last,
+            collate_fn=loader.collate_fn,
+            pin_memory=loader.pin_memory,
+        )
+    )

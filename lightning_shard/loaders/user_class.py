@@ -1,9 +1,11 @@
 """A user's ``DataLoader`` subclass survives preparation: the prepared loader is of our class and the user's, with
-the user's attributes, its ``__init__`` not run again (docs/DESIGN.md, "Real loader subclasses")."""
+the user's attributes, its ``__init__`` not run again (docs/DESIGN.md, "Real loader subclasses"); and what a
+loader keeps of the user's ``DataLoader`` settings (``loader_settings``)."""
 
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -67,3 +69,17 @@ def rebuilt_as_user_class(source: DataLoader, dataset: Any, **kwargs: Any) -> Da
     init_data_loader(loader, dataset, **kwargs)
     carry_user_attributes(loader, source)
     return loader
+
+
+_REBUILT_BY_US = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
+"""The ``DataLoader`` settings a prepared loader builds anew (the index source and the dataset)."""
+
+
+def loader_settings(dataloader: DataLoader) -> dict[str, Any]:
+    """The user's ``DataLoader`` settings we keep as they are (workers, collate, pinning, ...)."""
+    parameters = inspect.signature(DataLoader.__init__).parameters
+    return {
+        name: getattr(dataloader, name, parameter.default)
+        for name, parameter in parameters.items()
+        if name != "self" and name not in _REBUILT_BY_US and parameter.kind is parameter.POSITIONAL_OR_KEYWORD
+    }

@@ -257,11 +257,12 @@ class BatchSamplerWrapper(BatchSampler):  # type: ignore[misc]
 
     batch_sampler: Any
     kind: SamplerKind
+    seekable: bool
+    """Whether the wrapped batch sampler seeks by arithmetic (a ``SeekableBatchSampler``)."""
 
     def __init__(self, wrapped: Any) -> None:
         self.batch_sampler = wrapped
-        # NOTE: the kind a shard of ours holds (that of the user's batch sampler it shards), else its own.
-        self.kind = wrapped.kind if isinstance(wrapped, KnowsKind) else sampler_kind(wrapped)
+        self.kind, self.seekable = wrapped_kind(wrapped)
 
     @property
     def batch_size(self) -> int | None:  # type: ignore[override]
@@ -305,13 +306,20 @@ class SkipBatchSampler(BatchSamplerWrapper):
         self.skip_batches = check_non_negative("skip_batches", skip_batches)
 
     def __iter__(self) -> Iterator[list[int]]:
-        if isinstance(self.batch_sampler, SeekableBatchSampler):
+        if self.seekable:
             yield from self.batch_sampler.iter_from(self.skip_batches)
         else:
             yield from itertools.islice(iter(self.batch_sampler), self.skip_batches, None)
 
     def __len__(self) -> int:
         return max(len(self.batch_sampler) - self.skip_batches, 0)
+
+
+def wrapped_kind(wrapped: Any) -> tuple[SamplerKind, bool]:
+    """The kind under a wrapper of ``wrapped`` (a shard of ours holds the kind of the user's batch sampler it
+    shards), and whether ``wrapped`` seeks by arithmetic (a ``SeekableBatchSampler``); asked once, when built."""
+    kind = wrapped.kind if isinstance(wrapped, KnowsKind) else sampler_kind(wrapped)
+    return kind, isinstance(wrapped, SeekableBatchSampler)
 
 
 class SampleShard(KnowsKind):
