@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -73,11 +73,14 @@ class ResumableLoader(DataLoader):
 
     @property
     def cursor(self) -> EpochCursor | None:
-        """The index source that makes map-style resumption arithmetic (``None`` for iterable data)."""
-        for candidate in (self.batch_sampler, self.sampler):
-            if isinstance(candidate, EpochCursor):
-                return candidate
-        return None
+        """The index source that makes map-style resumption arithmetic (``None`` for iterable data): where the
+        kind put it, the ``sampler`` of a loader of single samples or of a batch sampler passed as ``sampler``,
+        else the ``batch_sampler``."""
+        kind = self.kind
+        if not kind.indexed:
+            return None
+        on_sampler = kind.index_shape in ("samples", "sampler") and not kind.dispatch
+        return cast(EpochCursor, self.sampler if on_sampler else self.batch_sampler)
 
     @property
     def sharding(self) -> ShardingInfo:
@@ -205,7 +208,8 @@ class ResumableLoader(DataLoader):
     def index_observer(self) -> IndexObserver | None:
         """What wraps each iteration's batches of indices, as the loader's ``cursor`` yields them (``None``:
         nothing; always for iterable data). Set it before the ``iter()`` whose indices it should see."""
-        return getattr(self.cursor, "observer", None)
+        cursor = self.cursor
+        return None if cursor is None else cursor.observer
 
     @index_observer.setter
     def index_observer(self, observer: IndexObserver | None) -> None:

@@ -197,7 +197,6 @@ _LIBRARY_MODULES = {
 }  # fmt: skip
 _NOT_YET = {
     "lightning/left_as_is.py": "an iterable left as it is: what Lightning's own loops will ask of it",
-    "loaders/base.py": "the cursor found among a loader's index sources (the two loader classes put it apart)",
     "loaders/shard.py": "the user's dataset inside a stream's shard, kept shared by `fresh_copy`",
     "loaders/map_source.py": "a DataLoaderShard built directly over a bare batch sampler: its sharding read from it",
     "loaders/user_class.py": "rebuilding the user's loader class: whether it is torchdata's stateful one",
