@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -71,16 +71,14 @@ class ResumableLoader(DataLoader):
         """The end agreement of a loader over a stream (and each process's position in a share of its own)."""
         return self.source.stream
 
+    _cursor: EpochCursor | None = None
+    """The ``EpochCursor`` the loader's class made when it was built, where its kind put it (``None``: the kind
+    reads no indices)."""
+
     @property
     def cursor(self) -> EpochCursor | None:
-        """The index source that makes map-style resumption arithmetic (``None`` for iterable data): where the
-        kind put it, the ``sampler`` of a loader of single samples or of a batch sampler passed as ``sampler``,
-        else the ``batch_sampler``."""
-        kind = self.kind
-        if not kind.indexed:
-            return None
-        on_sampler = kind.index_shape in ("samples", "sampler") and not kind.dispatch
-        return cast(EpochCursor, self.sampler if on_sampler else self.batch_sampler)
+        """The index source that makes map-style resumption arithmetic (``None`` for iterable data)."""
+        return self._cursor
 
     @property
     def sharding(self) -> ShardingInfo:

@@ -84,7 +84,7 @@ class DataLoaderDispatcher(ResumableLoader):
             )
         self.kind = kind if kind is not None else classify(dataset, dispatch=True, built=kwargs)
         if self.kind.indexed:
-            kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
+            self._cursor = kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
         init_data_loader(self, dataset, **kwargs)
         self.device = None if device is None else torch.device(device)
         self.split_batches = split_batches

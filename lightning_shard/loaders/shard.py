@@ -84,7 +84,8 @@ class DataLoaderShard(ResumableLoader):
         if stream_ends is not None and kind.stream_ends is not None:
             kind = dataclasses.replace(kind, stream_ends=stream_ends)
         self.kind = kind
-        init_data_loader(self, dataset, **_with_cursor(self.kind, dataset, kwargs))
+        kwargs, self._cursor = _with_cursor(self.kind, dataset, kwargs)
+        init_data_loader(self, dataset, **kwargs)
         self.device = None if device is None else torch.device(device)
         self.non_blocking = non_blocking
         self.synchronized_generator = synchronized_generator
@@ -163,22 +164,25 @@ def _covers_group(num_processes: int, topology: Topology | None) -> bool:
     return topology.covers_world()
 
 
-def _with_cursor(kind: DataKind, dataset: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+def _with_cursor(
+    kind: DataKind, dataset: Any, kwargs: dict[str, Any]
+) -> tuple[dict[str, Any], EpochCursor | None]:
     """The ``DataLoader`` arguments with the index source routed through an ``EpochCursor`` (map-style data,
-    where the kind says it goes), or a strided stream's collate passing its fingerprint on."""
+    where the kind says it goes), or a strided stream's collate passing its fingerprint on; and that cursor."""
     kwargs = dict(kwargs)
     if kind.fingerprinted and not isinstance(kwargs.get("collate_fn"), CollateFingerprinted):
         collate = kwargs.get("collate_fn")
         if collate is None:
             collate = default_collate if kwargs.get("batch_size", 1) is not None else default_convert
         kwargs["collate_fn"] = CollateFingerprinted(collate)
+    cursor = None
     if kind.index_shape in ("samples", "sampler"):
-        kwargs["sampler"] = EpochCursor(kwargs["sampler"])
+        cursor = kwargs["sampler"] = EpochCursor(kwargs["sampler"])
     elif kind.index_shape == "batches" and kwargs.get("batch_sampler") is not None:
-        kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
+        cursor = kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
     elif kind.index_shape == "batches":
-        kwargs["batch_sampler"] = EpochCursor(_default_batch_sampler(dataset, kwargs))
-    return kwargs
+        cursor = kwargs["batch_sampler"] = EpochCursor(_default_batch_sampler(dataset, kwargs))
+    return kwargs, cursor
 
 
 def _default_batch_sampler(dataset: Any, kwargs: dict[str, Any]) -> BatchSampler:
