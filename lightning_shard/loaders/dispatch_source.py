@@ -243,9 +243,6 @@ class DispatchSource(BatchSource):
         generator = getattr(self.loader.dataset, "generator", None)
         return generator if isinstance(generator, torch.Generator) else None
 
-    def sampler(self) -> Any:
-        return self.loader.cursor.kind.sampler if self.by_index else None
-
     def seeded(self) -> Any:
         return self.loader.cursor.kind.seeded if self.by_index else None
 

@@ -66,9 +66,6 @@ class MapSource(ShardSource):
         synchronized = self.loader.synchronized_generator
         return synchronized if synchronized is not None else self.cursor.kind.generator
 
-    def sampler(self) -> Any:
-        return self.cursor.kind.sampler
-
     def seeded(self) -> Any:
         return self.cursor.kind.seeded
 

@@ -46,9 +46,6 @@ class NodesSource(BatchSource):
     def generator(self) -> torch.Generator | None:
         return self.inner.generator()
 
-    def sampler(self) -> Any:
-        return self.inner.sampler()
-
     def seeded(self) -> Any:
         return self.inner.seeded()
 

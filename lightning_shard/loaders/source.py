@@ -55,10 +55,6 @@ class BatchSource(ABC):
         """The generator the epoch's order is drawn from, if any (saved with the state)."""
         return None
 
-    def sampler(self) -> Any:
-        """The index sampler, if any."""
-        return None
-
     def seeded(self) -> Any:
         """What holds the seed of a seeded order (``SamplerKind.seeded``, ``sampling/samplers.py``), or ``None``."""
         return None
