@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -38,10 +37,7 @@ class EpochCursor(BatchSamplerWrapper):
         # NOTE: taken at the first batch, not at `iter()`: a DataLoader with workers calls `iter()` twice on its
         # first iteration and uses the second.
         start, consumed, self.start, self.consumed = self.start, self.consumed, 0, 0
-        if self.seekable:
-            yield from self.batch_sampler.iter_from(start, consumed=consumed)
-        else:
-            yield from itertools.islice(iter(self.batch_sampler), consumed + start, None)
+        yield from self.batches_from(start, consumed)
 
     def length_after(self, consumed: int) -> int:
         """This process's batches in an epoch once ``consumed`` batches of the user's sampler are gone."""

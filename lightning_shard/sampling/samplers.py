@@ -282,6 +282,13 @@ class BatchSamplerWrapper(BatchSampler):  # type: ignore[misc]
         """The number of batches of the wrapped batch sampler."""
         return len(self.batch_sampler)
 
+    def batches_from(self, start: int, consumed: int = 0) -> Iterator[Any]:
+        """The wrapped batch sampler's batches from its batch ``start`` on, once ``consumed`` batches of the
+        user's are gone: by arithmetic where it seeks (``seekable``), else walked, indices only."""
+        if self.seekable:
+            return iter(self.batch_sampler.iter_from(start, consumed=consumed))
+        return itertools.islice(iter(self.batch_sampler), consumed + start, None)
+
     def set_epoch(self, epoch: int) -> None:
         """Forward ``epoch`` to the wrapped samplers."""
         forward_epoch(self.batch_sampler, epoch)
@@ -306,10 +313,7 @@ class SkipBatchSampler(BatchSamplerWrapper):
         self.skip_batches = check_non_negative("skip_batches", skip_batches)
 
     def __iter__(self) -> Iterator[list[int]]:
-        if self.seekable:
-            yield from self.batch_sampler.iter_from(self.skip_batches)
-        else:
-            yield from itertools.islice(iter(self.batch_sampler), self.skip_batches, None)
+        yield from self.batches_from(self.skip_batches)  # NOTE: a generator: nothing is drawn before `next()`
 
     def __len__(self) -> int:
         return max(len(self.batch_sampler) - self.skip_batches, 0)
