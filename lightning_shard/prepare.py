@@ -199,11 +199,9 @@ def _map_shard_parts(
         # step cannot be split, so a per-sample loader pads where it would balance.
         even_batches=_even_batches(options, topology, per_sample),
     )
-    shapes: dict[str, dict[str, Any]] = {
-        "samples": {"sampler": SampleShard(shard), "batch_size": None},
-        "sampler": {"sampler": shard, "batch_size": None},
-    }
-    index_source = shapes.get(kind.index_shape, {"batch_sampler": shard})
+    index_source: dict[str, Any] = {"batch_sampler": shard}
+    if kind.index_shape in ("samples", "sampler"):
+        index_source = {"sampler": SampleShard(shard) if per_sample else shard, "batch_size": None}
     return dataloader.dataset, shard.kind.generator, {"data_seed": options.data_seed, **index_source}
 
 
