@@ -106,8 +106,7 @@ def prepare_with_options(
     )
     kind = kind if pipeline is None else dataclasses.replace(kind, pipeline=pipeline)
     if options.split_batches:
-        batch_size = user_batch_size(dataloader)
-        check_split_batch_size(batch_size, topology.num_processes, "dataloader")
+        check_split_batch_size(user_batch_size(dataloader), topology.num_processes, "dataloader")
     if kind.dispatch:
         _check_dispatch_mesh(device_mesh, topology)
         return _build_dispatcher(dataloader, kind, options, topology, device)
