@@ -188,26 +188,20 @@ def _map_shard_parts(
     user = (
         BatchSampler(dataloader.sampler, 1, drop_last=False) if per_sample else user_batch_sampler(dataloader)
     )
-    batch_sampler = _recorded(user, options)
+    # NOTE: one process never pads, as the reference (which does not shard then) does not; one sample a step
+    # cannot be split, so a per-sample loader pads where it would balance.
+    even = False if topology.num_processes == 1 else options.even_batches
     shard = BatchSamplerShard(
-        batch_sampler,
+        _recorded(user, options),
         num_processes=topology.num_processes,
         process_index=topology.process_index,
         split_batches=options.split_batches,
-        # NOTE: one process never pads, as the reference (which does not shard then) does not; one sample a
-        # step cannot be split, so a per-sample loader pads where it would balance.
-        even_batches=_even_batches(options, topology, per_sample),
+        even_batches=True if per_sample and even == BALANCED else even,
     )
     index_source: dict[str, Any] = {"batch_sampler": shard}
     if kind.index_shape in ("samples", "sampler"):
         index_source = {"sampler": SampleShard(shard) if per_sample else shard, "batch_size": None}
     return dataloader.dataset, shard.kind.generator, {"data_seed": options.data_seed, **index_source}
-
-
-def _even_batches(options: ShardOptions, topology: Topology, per_sample: bool) -> EvenBatches:
-    if topology.num_processes == 1:
-        return False
-    return True if per_sample and options.even_batches == BALANCED else options.even_batches
 
 
 def _stream_shard_parts(
