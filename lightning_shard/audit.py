@@ -159,8 +159,6 @@ class ShardAudit:
             ValueError: if an index lies outside ``[0, dataset_length)``.
         """
         flat = torch.as_tensor(indices, dtype=torch.int64).reshape(-1)
-        if not flat.numel():
-            return
         bad = flat[(flat < 0) | (flat >= self.dataset_length)]
         if bad.numel():
             raise ValueError(
