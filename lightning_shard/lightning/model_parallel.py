@@ -3,8 +3,6 @@ batch-level sharding over its mesh's data-parallel dimension (docs/DESIGN.md, "W
 
 from __future__ import annotations
 
-from typing import Any
-
 from lightning.pytorch.strategies import ModelParallelStrategy
 from typing_extensions import override
 
@@ -35,8 +33,6 @@ class ShardModelParallelStrategy(ShardingHooks, ModelParallelStrategy):
 
     REGISTERED_NAMES = (("shard_model_parallel", {}),)
     KEYWORD_PARENTS = (ModelParallelStrategy.__init__,)
-    _mesh_topology: tuple[Any, Topology] | None = None
-    """The topology of the mesh it was read from, read again when the mesh changes."""
 
     @override
     def data_parallel_topology(self) -> Topology:
@@ -45,7 +41,4 @@ class ShardModelParallelStrategy(ShardingHooks, ModelParallelStrategy):
         Raises:
             RuntimeError: before the processes have started (the mesh does not exist yet).
         """
-        mesh = self.device_mesh
-        if self._mesh_topology is None or self._mesh_topology[0] is not mesh:
-            self._mesh_topology = (mesh, mesh_topology(mesh))
-        return self._mesh_topology[1]
+        return mesh_topology(self.device_mesh)

@@ -28,7 +28,7 @@ from lightning_shard.lightning.random_state_files import (
     remove_others,
     write_own,
 )
-from lightning_shard.lightning.schedulers import SchedulerScaling
+from lightning_shard.lightning.schedulers import SchedulerScaling, wrap_optimizers, wrap_schedulers
 from lightning_shard.lightning.sharding import StrategySharding, exact_mean
 from lightning_shard.lightning.stages import ShardLoader
 from lightning_shard.lightning.torchrun import export_rank_variables
@@ -36,6 +36,13 @@ from lightning_shard.loaders.streams import StreamReport
 from lightning_shard.options import ShardOptions, StrategyOptions
 from lightning_shard.sampling.balance import EvenBatches
 from lightning_shard.sampling.native_stream import IterableSharding
+
+DDP_NAMES = (
+    ("shard", {"start_method": "popen"}),
+    ("shard_spawn", {"start_method": "spawn"}),
+    ("shard_notebook", {"start_method": "fork"}),
+)
+"""The registered names of ``ShardStrategy`` and ``ShardFabricStrategy``, as Lightning's DDP ones."""
 
 
 class ShardingHooks(RegisteredNames, ParallelStrategy):
@@ -189,9 +196,12 @@ class ShardingHooks(RegisteredNames, ParallelStrategy):
 
     @override
     def setup_optimizers(self, trainer: pl.Trainer) -> None:
+        """Lightning's; then each optimizer as a ``ShardOptimizer``, each ``interval="step"`` scheduler as a
+        ``ShardScheduler`` that follows them."""
         super().setup_optimizers(trainer)
-        self.optimizers, self.lr_scheduler_configs = self._sharding.wrap_optimizers(
-            self.optimizers, self.lr_scheduler_configs
+        self.optimizers = wrap_optimizers(self.optimizers)
+        self.lr_scheduler_configs = wrap_schedulers(
+            self.lr_scheduler_configs, self.optimizers, self.scheduler_scaling
         )
 
     @override
@@ -294,9 +304,5 @@ class ShardStrategy(ShardingHooks, DDPStrategy):
             ``DistributedDataParallel``, naming the closest one.
     """
 
-    REGISTERED_NAMES = (
-        ("shard", {"start_method": "popen"}),
-        ("shard_spawn", {"start_method": "spawn"}),
-        ("shard_notebook", {"start_method": "fork"}),
-    )
+    REGISTERED_NAMES = DDP_NAMES
     KEYWORD_PARENTS = (DDPStrategy.__init__, DistributedDataParallel.__init__)
