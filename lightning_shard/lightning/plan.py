@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lightning.fabric.utilities.data import sized_len
 
-from lightning_shard.lightning.schedulers import SchedulerScaling, ShortSchedule
+from lightning_shard.lightning.schedulers import SchedulerScaling
 from lightning_shard.lightning.stages import ShardLoader
 from lightning_shard.sampling.balance import is_balanced
 from lightning_shard.sampling.samplers import ScalableRandomSampler
@@ -111,7 +112,7 @@ def plan_for(
     *,
     num_training_batches: float,
     accumulate_grad_batches: int,
-    short_schedulers: list[ShortSchedule] | None = None,
+    short_schedulers: Sequence[str] = (),
     step_schedulers: bool = True,
     ranks: int | None = None,
     resumed_batches: int = 0,
@@ -145,7 +146,7 @@ def plan_for(
         dropped_samples=dropped,
         scheduler_scaling=scaling.describe() if step_schedulers else "",
         mode=state.mode,
-        short_schedulers=tuple(short.describe() for short in short_schedulers or ()),
+        short_schedulers=tuple(short_schedulers),
         stream=loader.kind.describe(),
         scalable_shuffle=state.sampler == ScalableRandomSampler.__name__,
         accumulate_grad_batches=accumulate_grad_batches,
