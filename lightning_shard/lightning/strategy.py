@@ -1,5 +1,6 @@
 """``ShardStrategy``: Lightning's DDP with batch-level sharding, process-scaled schedulers and exact resume;
-and ``ShardingHooks``, the hooks every ``Shard*`` strategy overrides to call its ``StrategySharding``."""
+and ``ShardingHooks``, the constructor (the options) and the hooks every ``Shard*`` strategy shares, each
+hook calling its ``StrategySharding``."""
 
 from __future__ import annotations
 
@@ -55,7 +56,6 @@ class ShardingHooks(RegisteredNames, ParallelStrategy):
     (``ShardStrategy(ShardingHooks, DDPStrategy)``) and sets ``KEYWORD_PARENTS``.
     """
 
-    _sharding: StrategySharding
     KEYWORD_PARENTS: ClassVar[tuple[Callable[..., Any], ...]]
     """Where the keywords that are not options end up: the Lightning parent's ``__init__``, and that of the
     torch wrapper it hands its own ``**kwargs`` to."""
