@@ -127,11 +127,8 @@ def plan_for(
     global_batch = loader.total_batch_size
     batches = sized_len(loader)
     padded, dropped = _padding(loader, batches)
-    steps = (
-        None
-        if math.isinf(num_training_batches)
-        else math.ceil(num_training_batches / accumulate_grad_batches)
-    )
+    unbounded = math.isinf(num_training_batches)
+    steps = None if unbounded else math.ceil(num_training_batches / accumulate_grad_batches)
     per_process = state.batch_size
     if state.split_batches and per_process is not None:
         per_process //= state.num_processes
