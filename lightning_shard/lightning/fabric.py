@@ -21,6 +21,7 @@ from lightning_shard.lightning._private import RegisteredNames
 from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.random_state_files import KEY, name_checkpoint, read_own, write_own
 from lightning_shard.lightning.stages import is_shard_loader, uneven_steps
+from lightning_shard.lightning.strategy import DDP_NAMES
 from lightning_shard.lightning.torchrun import export_rank_variables
 from lightning_shard.loaders.kinds import is_data_loader
 from lightning_shard.log import info, warn
@@ -51,11 +52,7 @@ class ShardFabricStrategy(RegisteredNames, DDPStrategy):
             ``DistributedDataParallel``, naming the closest one.
     """
 
-    REGISTERED_NAMES = (
-        ("shard", {"start_method": "popen"}),
-        ("shard_spawn", {"start_method": "spawn"}),
-        ("shard_notebook", {"start_method": "fork"}),
-    )
+    REGISTERED_NAMES = DDP_NAMES
 
     def __init__(
         self,

@@ -90,11 +90,8 @@ def _seen(batch: Any) -> str:
     if isinstance(batch, dict):
         return "a dict {" + ", ".join(f"{key!r}: {_leaf(value)}" for key, value in batch.items()) + "}"
     if isinstance(batch, (list, tuple)):
-        return (
-            f"a {type(batch).__name__} of {len(batch)}: ["
-            + ", ".join(_leaf(value) for value in batch[:4])
-            + "]"
-        )
+        items = ", ".join(_leaf(value) for value in batch[:4])
+        return f"a {type(batch).__name__} of {len(batch)}: [{items}]"
     return _leaf(batch)
 
 

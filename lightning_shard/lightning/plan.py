@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lightning.fabric.utilities.data import sized_len
 
-from lightning_shard.lightning.schedulers import SchedulerScaling, ShortSchedule
+from lightning_shard.lightning.schedulers import SchedulerScaling
 from lightning_shard.lightning.stages import ShardLoader
 from lightning_shard.sampling.balance import is_balanced
 from lightning_shard.sampling.samplers import ScalableRandomSampler
@@ -64,46 +65,37 @@ class ShardPlan:
 
     def __str__(self) -> str:
         steps = "an unknown number of" if self.steps_per_epoch is None else str(self.steps_per_epoch)
-        padded = "unknown" if self.padded_samples is None else str(self.padded_samples)
-        padding = (
-            f", {padded} samples padded in the last step"
-            if self.padded_samples is not None or not self.stream
-            else ""
-        )
-        dropped = f", {self.dropped_samples} dropped (drop_last)" if self.dropped_samples else ""
         sizes = (
             f"batch size {self.process_batch_size} per process and {self.global_batch_size} global"
             if self.global_batch_size
             else "batch sizes of the user's batch sampler"
         )
-        return (
-            f"lightning_shard plan: {self._processes()} ({self.mode}{', split' if self.split_batches else ''}), "
-            f"{sizes}, {steps} optimizer steps per epoch{self._resumed()}{padding}{dropped}"
-            + (f", {self.scheduler_scaling}" if self.scheduler_scaling else "")
-            + "".join(f" (WARNING: {short}: it ends early)" for short in self.short_schedulers)
-            + (f"; stream: {self.stream}" if self.stream else "")
-            + (f"; torchdata.nodes `{self.pipeline}`, sharded through its root" if self.pipeline else "")
-            + "".join(f"; left as it is: {left}" for left in self.left_as_it_is)
-            + (
-                "; scalable shuffle: keyed order of (data_seed, epoch), not RandomSampler's"
-                if self.scalable_shuffle
-                else ""
-            )
-            + (
+        line = (
+            f"lightning_shard plan: {_processes(self.num_processes, self.ranks)} "
+            f"({self.mode}{', split' if self.split_batches else ''}), {sizes}, {steps} optimizer steps per "
+            f"epoch{self._resumed()}"
+        )
+        if self.padded_samples is not None or not self.stream:
+            padded = "unknown" if self.padded_samples is None else str(self.padded_samples)
+            line += f", {padded} samples padded in the last step"
+        if self.dropped_samples:
+            line += f", {self.dropped_samples} dropped (drop_last)"
+        if self.scheduler_scaling:
+            line += f", {self.scheduler_scaling}"
+        line += "".join(f" (WARNING: {short}: it ends early)" for short in self.short_schedulers)
+        if self.stream:
+            line += f"; stream: {self.stream}"
+        if self.pipeline:
+            line += f"; torchdata.nodes `{self.pipeline}`, sharded through its root"
+        line += "".join(f"; left as it is: {left}" for left in self.left_as_it_is)
+        if self.scalable_shuffle:
+            line += "; scalable shuffle: keyed order of (data_seed, epoch), not RandomSampler's"
+        if self.accumulate_grad_batches > 1:
+            line += (
                 f"; {self.accumulate_grad_batches} batches accumulated per optimizer step: a checkpoint "
                 "resumes bit for bit only at an optimizer step (Lightning saves no accumulated gradient)"
-                if self.accumulate_grad_batches > 1
-                else ""
             )
-        )
-
-    def _processes(self) -> str:
-        processes = f"{self.num_processes} process{'' if self.num_processes == 1 else 'es'}"
-        return (
-            processes
-            if self.ranks is None
-            else f"{self.num_processes} data-parallel {processes.split()[1]} of {self.ranks} ranks"
-        )
+        return line
 
     def _resumed(self) -> str:
         if self.resumed_at is None:
@@ -120,7 +112,7 @@ def plan_for(
     *,
     num_training_batches: float,
     accumulate_grad_batches: int,
-    short_schedulers: list[ShortSchedule] | None = None,
+    short_schedulers: Sequence[str] = (),
     step_schedulers: bool = True,
     ranks: int | None = None,
     resumed_batches: int = 0,
@@ -135,11 +127,8 @@ def plan_for(
     global_batch = loader.total_batch_size
     batches = sized_len(loader)
     padded, dropped = _padding(loader, batches)
-    steps = (
-        None
-        if math.isinf(num_training_batches)
-        else math.ceil(num_training_batches / accumulate_grad_batches)
-    )
+    unbounded = math.isinf(num_training_batches)
+    steps = None if unbounded else math.ceil(num_training_batches / accumulate_grad_batches)
     per_process = state.batch_size
     if state.split_batches and per_process is not None:
         per_process //= state.num_processes
@@ -154,7 +143,7 @@ def plan_for(
         dropped_samples=dropped,
         scheduler_scaling=scaling.describe() if step_schedulers else "",
         mode=state.mode,
-        short_schedulers=tuple(short.describe() for short in short_schedulers or ()),
+        short_schedulers=tuple(short_schedulers),
         stream=loader.kind.describe(),
         scalable_shuffle=state.sampler == ScalableRandomSampler.__name__,
         accumulate_grad_batches=accumulate_grad_batches,
@@ -168,8 +157,14 @@ def plan_for(
 
 def left_alone_plan(num_processes: int, left: tuple[str, ...]) -> str:
     """The plan line of a fit whose training iterables are all left as they are."""
-    processes = f"{num_processes} process{'' if num_processes == 1 else 'es'}"
-    return f"lightning_shard plan: {processes}; " + "; ".join(f"left as it is: {item}" for item in left)
+    items = "; ".join(f"left as it is: {item}" for item in left)
+    return f"lightning_shard plan: {_processes(num_processes)}; {items}"
+
+
+def _processes(count: int, ranks: int | None = None) -> str:
+    """``2 processes``, or ``2 data-parallel processes of 4 ranks`` when tensor-parallel peers share batches."""
+    noun = "process" if count == 1 else "processes"
+    return f"{count} {noun}" if ranks is None else f"{count} data-parallel {noun} of {ranks} ranks"
 
 
 def _padding(loader: ShardLoader, batches: int | None) -> tuple[int | None, int | None]:

@@ -80,18 +80,6 @@ def _wrapped(
     return replace(config, scheduler=wrapped)  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True)
-class ShortSchedule:
-    """A step scheduler whose horizon ends before the fit stops stepping it."""
-
-    name: str
-    horizon: int
-    scaled_steps: int
-
-    def describe(self) -> str:
-        return f"{self.name} ends after {self.horizon} of {self.scaled_steps} scheduler steps"
-
-
 _HORIZONS = {"OneCycleLR": "total_steps", "CosineAnnealingLR": "T_max", "PolynomialLR": "total_iters"}
 """Schedulers whose schedule ends (or turns back) after a number of steps, and where they keep it."""
 
@@ -106,9 +94,10 @@ def scheduler_horizon(scheduler: object) -> int | None:
 
 def short_schedulers(
     trainer: pl.Trainer, configs: list[LRSchedulerConfig], scaling: SchedulerScaling
-) -> list[ShortSchedule]:
-    """The step schedulers that this fit will step past the end of their schedule (a scaled scheduler
-    steps ``scaling.factor`` times per optimizer step, which ``estimated_stepping_batches`` counts)."""
+) -> list[str]:
+    """The step schedulers that this fit will step past the end of their schedule, each described
+    (``"OneCycleLR ends after 10 of 40 scheduler steps"``: a scaled scheduler steps ``scaling.factor``
+    times per optimizer step, which ``estimated_stepping_batches`` counts)."""
     total = trainer.estimated_stepping_batches
     if math.isinf(total):
         return []
@@ -118,15 +107,15 @@ def short_schedulers(
         horizon = scheduler_horizon(config.scheduler)
         if config.interval == "step" and horizon is not None and horizon < scaled:
             inner = getattr(config.scheduler, "scheduler", config.scheduler)
-            short.append(ShortSchedule(type(inner).__name__, horizon, scaled))
+            short.append(f"{type(inner).__name__} ends after {horizon} of {scaled} scheduler steps")
     return short
 
 
-def warn_short_schedulers(short: list[ShortSchedule]) -> None:
+def warn_short_schedulers(short: list[str]) -> None:
     """Say once, on rank 0, which schedules end early and the one-liner that sizes them."""
     for schedule in short:
         warn(
-            f"lightning_shard: the step scheduler {schedule.describe()} this fit takes: it steps once per "
+            f"lightning_shard: the step scheduler {schedule} this fit takes: it steps once per "
             "process per optimizer step, but `trainer.estimated_stepping_batches` counts optimizer steps, so "
             "the schedule ends early and stays at its end. Size it with "
             "`total_steps=self.trainer.strategy.estimated_scheduler_steps` (or "

@@ -39,8 +39,6 @@ from lightning_shard.lightning.schedulers import (
     has_step_schedulers,
     short_schedulers,
     warn_short_schedulers,
-    wrap_optimizers,
-    wrap_schedulers,
 )
 from lightning_shard.lightning.stages import (
     ShardLoader,
@@ -211,13 +209,6 @@ class StrategySharding:
         self._rounds.keep(loader)
         self._epoch_callback.align(self.trainer, loader)
         return loader
-
-    def wrap_optimizers(
-        self, optimizers: list[Optimizer], configs: list[LRSchedulerConfig]
-    ) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
-        """Each optimizer as a ``ShardOptimizer``, each ``interval="step"`` scheduler as a ``ShardScheduler``."""
-        wrapped = wrap_optimizers(optimizers)
-        return wrapped, wrap_schedulers(configs, wrapped, self.scheduler_scaling)
 
     def stepping(self, optimizer: Optimizer, precision_plugin: object) -> AbstractContextManager[Any]:
         """A context for one optimizer step: a ``ShardOptimizer`` under AMP learns whether the step was skipped."""

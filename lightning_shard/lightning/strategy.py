@@ -1,11 +1,12 @@
 """``ShardStrategy``: Lightning's DDP with batch-level sharding, process-scaled schedulers and exact resume;
-and ``ShardingHooks``, the hooks every ``Shard*`` strategy overrides to call its ``StrategySharding``."""
+and ``ShardingHooks``, the constructor (the options) and the hooks every ``Shard*`` strategy shares, each
+hook calling its ``StrategySharding``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 import torch
@@ -28,7 +29,7 @@ from lightning_shard.lightning.random_state_files import (
     remove_others,
     write_own,
 )
-from lightning_shard.lightning.schedulers import SchedulerScaling
+from lightning_shard.lightning.schedulers import SchedulerScaling, wrap_optimizers, wrap_schedulers
 from lightning_shard.lightning.sharding import StrategySharding, exact_mean
 from lightning_shard.lightning.stages import ShardLoader
 from lightning_shard.lightning.torchrun import export_rank_variables
@@ -37,16 +38,52 @@ from lightning_shard.options import ShardOptions, StrategyOptions
 from lightning_shard.sampling.balance import EvenBatches
 from lightning_shard.sampling.native_stream import IterableSharding
 
+DDP_NAMES = (
+    ("shard", {"start_method": "popen"}),
+    ("shard_spawn", {"start_method": "spawn"}),
+    ("shard_notebook", {"start_method": "fork"}),
+)
+"""The registered names of ``ShardStrategy`` and ``ShardFabricStrategy``, as Lightning's DDP ones."""
+
 
 class ShardingHooks(RegisteredNames, ParallelStrategy):
-    """The Lightning hooks and the public surface of every ``Shard*`` strategy, each a delegation.
+    """The constructor, the Lightning hooks and the public surface of every ``Shard*`` strategy.
 
-    Stateless: each member calls Lightning's implementation and the ``StrategySharding`` that the
-    strategy's ``__init__`` sets as ``_sharding``. A strategy lists it before one of Lightning's
-    (``ShardStrategy(ShardingHooks, DDPStrategy)``).
+    ``__init__`` takes the options as flat keyword-only arguments (LightningCLI builds them from YAML),
+    refuses a keyword that none of ``KEYWORD_PARENTS`` takes, passes the others to the Lightning parent and
+    keeps the ``StrategySharding`` built from the options as ``_sharding``; every other member calls
+    Lightning's implementation and ``_sharding``. A strategy lists it before one of Lightning's
+    (``ShardStrategy(ShardingHooks, DDPStrategy)``) and sets ``KEYWORD_PARENTS``.
     """
 
-    _sharding: StrategySharding
+    KEYWORD_PARENTS: ClassVar[tuple[Callable[..., Any], ...]]
+    """Where the keywords that are not options end up: the Lightning parent's ``__init__``, and that of the
+    torch wrapper it hands its own ``**kwargs`` to."""
+
+    def __init__(
+        self,
+        *,
+        split_batches: bool = False,
+        even_batches: EvenBatches = True,
+        dispatch_batches: bool | None = None,
+        put_on_device: bool = False,
+        rng_types: Sequence[str] | None = ("generator",),
+        use_seedable_sampler: bool = False,
+        data_seed: int | None = None,
+        non_blocking: bool = False,
+        use_stateful_dataloader: bool = False,
+        slice_fn_for_dispatch: Callable[..., Any] | None = None,
+        iterable_sharding: IterableSharding = "auto",
+        scalable_shuffle: bool = False,
+        step_scheduler_with_optimizer: bool = True,
+        audit: bool = False,
+        audit_raise: bool = False,
+        gather_predictions: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        check_keywords(type(self), kwargs, self.KEYWORD_PARENTS)
+        super().__init__(**kwargs)
+        self._sharding = StrategySharding(self, locals())
 
     # -- what the strategy is -----------------------------------------------------------------------
     @property
@@ -159,9 +196,12 @@ class ShardingHooks(RegisteredNames, ParallelStrategy):
 
     @override
     def setup_optimizers(self, trainer: pl.Trainer) -> None:
+        """Lightning's; then each optimizer as a ``ShardOptimizer``, each ``interval="step"`` scheduler as a
+        ``ShardScheduler`` that follows them."""
         super().setup_optimizers(trainer)
-        self.optimizers, self.lr_scheduler_configs = self._sharding.wrap_optimizers(
-            self.optimizers, self.lr_scheduler_configs
+        self.optimizers = wrap_optimizers(self.optimizers)
+        self.lr_scheduler_configs = wrap_schedulers(
+            self.lr_scheduler_configs, self.optimizers, self.scheduler_scaling
         )
 
     @override
@@ -264,33 +304,5 @@ class ShardStrategy(ShardingHooks, DDPStrategy):
             ``DistributedDataParallel``, naming the closest one.
     """
 
-    REGISTERED_NAMES = (
-        ("shard", {"start_method": "popen"}),
-        ("shard_spawn", {"start_method": "spawn"}),
-        ("shard_notebook", {"start_method": "fork"}),
-    )
-
-    def __init__(
-        self,
-        *,
-        split_batches: bool = False,
-        even_batches: EvenBatches = True,
-        dispatch_batches: bool | None = None,
-        put_on_device: bool = False,
-        rng_types: Sequence[str] | None = ("generator",),
-        use_seedable_sampler: bool = False,
-        data_seed: int | None = None,
-        non_blocking: bool = False,
-        use_stateful_dataloader: bool = False,
-        slice_fn_for_dispatch: Callable[..., Any] | None = None,
-        iterable_sharding: IterableSharding = "auto",
-        scalable_shuffle: bool = False,
-        step_scheduler_with_optimizer: bool = True,
-        audit: bool = False,
-        audit_raise: bool = False,
-        gather_predictions: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        check_keywords(type(self), kwargs, (DDPStrategy.__init__, DistributedDataParallel.__init__))
-        super().__init__(**kwargs)
-        self._sharding = StrategySharding(self, locals())
+    REGISTERED_NAMES = DDP_NAMES
+    KEYWORD_PARENTS = (DDPStrategy.__init__, DistributedDataParallel.__init__)
