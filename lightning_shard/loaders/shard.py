@@ -16,18 +16,25 @@ from lightning_shard._checks import check_non_negative
 from lightning_shard.comm.collectives import is_distributed
 from lightning_shard.comm.rng import normalize_rng_types
 from lightning_shard.comm.topology import Topology
-from lightning_shard.loaders.base import ResumableLoader
-from lightning_shard.loaders.cursor import EpochCursor
-from lightning_shard.loaders.data_kind import DataKind, StreamEnds
+from lightning_shard.loaders.base import (
+    ResumableLoader,
+    carry_user_attributes,
+    init_data_loader,
+    loader_settings,
+)
 from lightning_shard.loaders.kinds import classify
-from lightning_shard.loaders.map_source import MapSource, PlainSource
-from lightning_shard.loaders.nodes_source import NodesSource
+from lightning_shard.loaders.position import DataKind, StreamEnds
 from lightning_shard.loaders.resumable import Resumption
-from lightning_shard.loaders.share_source import ShareSource
-from lightning_shard.loaders.source import BatchSource, ShardSource
+from lightning_shard.loaders.source import (
+    BatchSource,
+    EpochCursor,
+    MapSource,
+    NodesSource,
+    PlainSource,
+    ShardSource,
+)
 from lightning_shard.loaders.streams import StreamRun
-from lightning_shard.loaders.strided_source import StridedSource
-from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader, loader_settings
+from lightning_shard.loaders.strided_source import ShareSource, StridedSource
 from lightning_shard.sampling.stream_fingerprint import CollateFingerprinted
 
 
@@ -92,7 +99,7 @@ class DataLoaderShard(ResumableLoader):
         self.use_stateful_dataloader = use_stateful_dataloader
         self.topology = topology
         self.draw_seed = data_seed if data_seed is not None else torch.initial_seed()
-        """The seed of the main-process fetches' draws when the loader has no generator (``loaders/main_draws.py``)."""
+        """The seed of the main-process fetches' draws when the loader has no generator (``loaders/stream_agreement.py``)."""
         self.source = _source(self)
         self.resumption = Resumption(self.source, skip_batches=skip_batches)
 

@@ -1,5 +1,5 @@
 """Streams: one end agreement (two integers all-reduced per fetch, one batch ahead), four ways to end (the
-``stream_ends`` policies, ``loaders/data_kind.py``; docs/DESIGN.md, "Streaming data", "No hangs", "Scale")."""
+``stream_ends`` policies, ``loaders/position.py``; docs/DESIGN.md, "Streaming data", "No hangs", "Scale")."""
 
 from __future__ import annotations
 
@@ -12,8 +12,16 @@ import torch
 import torch.distributed as dist
 
 from lightning_shard.comm.collectives import all_gather_objects, communication_device, is_distributed
-from lightning_shard.loaders.data_kind import OWN, PAD, SAME, SHORTEST, DataKind, StreamEnds, stream_ends_for
-from lightning_shard.loaders.position import Position
+from lightning_shard.loaders.position import (
+    OWN,
+    PAD,
+    SAME,
+    SHORTEST,
+    DataKind,
+    Position,
+    StreamEnds,
+    stream_ends_for,
+)
 from lightning_shard.loaders.stream_agreement import END, Agreement, SameStreamCheck, Share, all_ended
 from lightning_shard.log import warn
 
