@@ -197,7 +197,11 @@ class ResumableLoader(DataLoader):
         state = resumption.state_at(resumption.snapshot(), steps)
         info, at = state.sharding, state.position
         return Standing(
-            at.epoch or 0, at.steps, at.base_steps, info.samples_in(state.consumed), info.samples_in(at.base)
+            at.epoch or 0,
+            at.steps,
+            at.steps_before_resume,
+            info.samples_in(state.consumed),
+            info.samples_in(at.read_before_resume),
         )
 
     @property

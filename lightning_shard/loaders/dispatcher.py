@@ -227,7 +227,7 @@ class DispatchSource(BatchSource):
     def _global_slices(self, start: Position) -> Iterator[tuple[list[Any], bool]]:
         """Each global batch cut into ``N`` slices, and whether it is the epoch's last."""
         skipped = start.start * self.sharding().step_size
-        head = _Head(self, start, start.base + skipped)
+        head = _Head(self, start, start.read_before_resume + skipped)
         first: list[Any] | None = None
         for current, last in marked_last(self._global_batches(start, skipped, head)):
             first = first or current
@@ -241,10 +241,10 @@ class DispatchSource(BatchSource):
             # NOTE: the steps already taken go in `start`, not `consumed`, so `len()` keeps counting the
             # whole epoch (from `base`), as DataLoaderShard's does; Lightning adds its restored count to it.
             head.read_by_index()
-            loader.cursor.rewind(skipped, start.base)
+            loader.cursor.rewind(skipped, start.read_before_resume)
         source = loader.user_batches(start.workers)
         if not self.by_index:
-            head.batches = list(itertools.islice(source, start.base + skipped))[:group]
+            head.batches = list(itertools.islice(source, start.read_before_resume + skipped))[:group]
         while True:
             batches = list(itertools.islice(source, group))
             if not batches or (len(batches) < group and self.drop_last):

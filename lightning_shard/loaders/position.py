@@ -130,14 +130,16 @@ Mode = Literal["shard", "dispatch"]
 @dataclass(frozen=True)
 class Position:
     """Where an epoch stands (a restore, an iteration's start, what a state saves; the live counters are a
-    ``Progress``): of its ``steps``, the first ``base_steps`` were taken under another sharding, which consumed
-    ``base`` (batches of the user's loader, or a stream's elements); this process continues at its ``start``."""
+    ``Progress``): of its ``steps``, the first ``steps_before_resume`` were taken under the sharding the epoch was
+    resumed from, which read ``read_before_resume`` (counted in the sharding's ``ShardingInfo.read_unit``: batches
+    of the user's loader, or a stream's elements); this process continues at its ``start``. Saved as ``base`` and
+    ``base_steps`` (``loaders/state.py``)."""
 
     epoch: int | None = 0
     """The epoch; ``None`` in a restore that applies to whatever epoch the loader is at then."""
     steps: int = 0
-    base: int = 0
-    base_steps: int = 0
+    read_before_resume: int = 0
+    steps_before_resume: int = 0
     generator_state: str | None = None
     """The sampler's generator state at the start of the epoch (base64), if any."""
     sampler_seed: int | None = None
@@ -152,8 +154,8 @@ class Position:
 
     @property
     def start(self) -> int:
-        """This process's batch number in the shard of what was left after ``base``."""
-        return self.steps - self.base_steps
+        """This process's batch number in the shard of what was left after ``read_before_resume``."""
+        return self.steps - self.steps_before_resume
 
 
 @dataclass(frozen=True)
@@ -223,10 +225,16 @@ class ShardingInfo:
         return self.sampler in NATIVE_STREAM_KINDS
 
     @property
+    def read_unit(self) -> Literal["batches", "elements"]:
+        """What ``Position.read_before_resume`` counts: a stream's elements where each process reads the stream
+        itself, else batches of the user's loader."""
+        return "elements" if self.mode == "shard" and self.streamed else "batches"
+
+    @property
     def step_size(self) -> int:
-        """Units of ``base`` consumed per step by all processes together (batches, or a stream's elements)."""
+        """Units of ``read_unit`` consumed per step by all processes together."""
         batches = 1 if self.split_batches else self.num_processes
-        return batches * (self.batch_size or 1) if self.mode == "shard" and self.streamed else batches
+        return batches * (self.batch_size or 1) if self.read_unit == "elements" else batches
 
     @property
     def total_batch_size(self) -> int:
@@ -234,9 +242,9 @@ class ShardingInfo:
         batch_size = self.batch_size or 0
         return batch_size if self.split_batches else batch_size * self.num_processes
 
-    def samples_in(self, base: int) -> int:
-        """Samples in ``base`` units of ``Position.base`` (batches of the user's loader, or a stream's elements)."""
-        return base * self.total_batch_size // self.step_size if self.step_size else 0
+    def samples_in(self, read: int) -> int:
+        """Samples in ``read`` of ``read_unit`` (``Position.read_before_resume``, or a state's ``consumed``)."""
+        return read * self.total_batch_size // self.step_size if self.step_size else 0
 
     def remainder(self, before: int = 0) -> int:
         """Real samples of the last (padded) global batch, or -1 when no batch is padded or it is unknown;

@@ -52,7 +52,7 @@ class Resumption:
     def length(self) -> int:
         """Steps of the epoch in progress (or the next), counting those taken before a resume."""
         at = self.current()
-        return at.base_steps + self.source.length_after(at.base)
+        return at.steps_before_resume + self.source.length_after(at.read_before_resume)
 
     def skip(self, steps: int, epoch: int | None = None) -> None:
         """Skip ``steps`` steps of ``epoch`` (default: the epoch the next ``iter()`` covers) by index."""
@@ -90,7 +90,7 @@ class Resumption:
         if restore is not None:
             self._restore_randomness(restore)
             if restore.library is not None and self.source.library is not None:
-                self.source.library.restore(restore.library, epoch, restore.base)
+                self.source.library.restore(restore.library, epoch, restore.read_before_resume)
         start = replace(
             restore if restore is not None else Position(epoch),
             epoch=epoch,
@@ -100,7 +100,7 @@ class Resumption:
         )
         progress.begun, progress.steps = start, start.steps
         sharding = self.source.sharding()
-        self.remainder = sharding.remainder(before=sharding.samples_in(start.base))
+        self.remainder = sharding.remainder(before=sharding.samples_in(start.read_before_resume))
         return start
 
     def run(self, epoch: Generator[tuple[Any, bool], None, None]) -> Iterator[Any]:
@@ -178,13 +178,16 @@ class Resumption:
         """The state of ``position`` once ``steps`` of its epoch are consumed (default: its own steps)."""
         info = self.source.sharding()
         steps = position.steps if steps is None else steps
-        if steps < position.base_steps:
+        if steps < position.steps_before_resume:
             raise ValueError(
-                f"`steps={steps}` is below the {position.base_steps} steps this epoch took before it was "
+                f"`steps={steps}` is below the {position.steps_before_resume} steps this epoch took before it was "
                 "resumed on this number of processes. Pass the steps consumed in the whole epoch."
             )
         workers = self.source.workers() if position.workers is None else position.workers
-        epoch, consumed = position.epoch or 0, position.base + (steps - position.base_steps) * info.step_size
+        epoch, consumed = (
+            position.epoch or 0,
+            position.read_before_resume + (steps - position.steps_before_resume) * info.step_size,
+        )
         stream, library = self.source.stream, self.source.library
         return LoaderState(
             info,
@@ -204,13 +207,12 @@ class Resumption:
         handed = self._library_continues(saved)
         # NOTE: another number of processes continues after everything consumed, its steps counted as taken;
         # so does a library that continues the epoch itself (the loader then skips nothing).
-        base, base_steps = (saved.consumed, at.steps) if resharded or handed else (at.base, at.base_steps)
+        if resharded or handed:
+            at = replace(at, read_before_resume=saved.consumed, steps_before_resume=at.steps)
         # NOTE: a library that continues the epoch itself deals what is left to any number of workers.
         workers = None if handed else _stream_epoch_workers(saved, info, self.source.workers())
         library = saved.library if handed else None
-        self.pending = replace(
-            at, base=base, base_steps=base_steps, workers=workers, ended_at=ends, library=library
-        )
+        self.pending = replace(at, workers=workers, ended_at=ends, library=library)
         self.progress.epoch = at.epoch or 0
         if resharded and self.resume_hook is not None:
             self.resume_hook.resharded()

@@ -55,7 +55,7 @@ class BatchSource(ABC):
 
     @abstractmethod
     def length_after(self, base: int) -> int:
-        """This process's batches in an epoch once ``base`` units of it were consumed before it began."""
+        """This process's batches in an epoch once ``base`` (in the sharding's ``read_unit``) were read before it began."""
 
     @abstractmethod
     def sharding(self) -> ShardingInfo:
@@ -176,7 +176,7 @@ class MapSource(ShardSource):
     def _read(self, start: Position) -> Iterator[Any]:
         """The user's batches from ``start``: the cursor is set where the ``DataLoader``'s iterator, created
         right after, takes its indices from."""
-        self.cursor.rewind(start.start, start.base)
+        self.cursor.rewind(start.start, start.read_before_resume)
         return self.loader.user_batches()
 
     def length_after(self, base: int) -> int:
@@ -211,10 +211,10 @@ class PlainSource(ShardSource):
     the ``DataLoader`` reads it, without a position to resume."""
 
     def batches(self, start: Position) -> Batches:
-        if start.start or start.base:
+        if start.start or start.read_before_resume:
             raise ValueError(
                 "This loader's dataset is iterable but not an `IterableDatasetShard`, so it cannot skip "
-                f"{start.start + start.base} batches. Build the loader with `prepare_data_loader`."
+                f"{start.start + start.read_before_resume} batches. Build the loader with `prepare_data_loader`."
             )
         return marked_last(self.loader.user_batches(), moving(self.loader))
 

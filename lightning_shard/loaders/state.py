@@ -17,7 +17,11 @@ STATE_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 """Version 1 (lightning_shard 0.1) lacks the optional keys (``_OPTIONAL``); they then take their defaults."""
 
-_POSITION_RENAMED = {"workers": "num_workers"}
+_POSITION_RENAMED = {
+    "workers": "num_workers",
+    "read_before_resume": "base",
+    "steps_before_resume": "base_steps",
+}
 """``Position`` fields saved under another key."""
 _POSITION_UNSAVED = ("ended_at", "library")
 """``Position`` fields the state holds otherwise: each process's stream end, in a released state's ``streams``;
@@ -35,10 +39,11 @@ class LoaderState:
 
     Attributes:
         sharding: the sharding options and the kind of index source.
-        position: the epoch, its steps, ``base`` / ``base_steps``, the generator state and seed, the workers.
-        consumed: ``base`` plus what the processes consumed together since: ``(steps - base_steps) * N``
-            batches without ``split_batches``, ``steps - base_steps`` with it (times the global batch size
-            for samples).
+        position: the epoch, its steps, ``read_before_resume`` / ``steps_before_resume`` (saved as ``base`` /
+            ``base_steps``), the generator state and seed, the workers.
+        consumed: ``read_before_resume`` plus what the processes consumed together since, in the sharding's
+            ``read_unit``: ``(steps - steps_before_resume) * N`` batches without ``split_batches``,
+            ``steps - steps_before_resume`` with it (times the batch size for a stream's elements).
         world_size: processes in the job (more than ``num_processes`` when tensor-parallel peers share
             batches); ``None`` without a process group.
         streams: for a stream each process reads its own share of, ``[]``: each process finds where
@@ -136,7 +141,7 @@ def check_resumable(state: Any, here: ShardingInfo, library: SelfSplit | None = 
         if library is not None and not there.shares:
             raise ValueError(_NOW_RECOGNISED.format(saved=there.sampler, reason=library.reason))
         raise ValueError(_OTHER_STREAM_SHARDING.format(saved=there.sampler, here=here.sampler))
-    if resharded and there.streamed and not there.shares and at.base and at.workers:
+    if resharded and there.streamed and not there.shares and at.read_before_resume and at.workers:
         raise ValueError(_SECOND_REPLAY.format(epoch=at.epoch, workers=at.workers, n=there.num_processes))
     return saved
 

@@ -143,25 +143,27 @@ class StreamRun:
         digests ride on the agreement, the first two batches' compared before the first is yielded."""
         skip = start.start if self.resumable else 0
         recorded = None if start.ended_at is None or not skip else start.ended_at[self.process_index]
-        share = Share(first, restart, skip, None if recorded is None else recorded - start.base_steps)
+        share = Share(
+            first, restart, skip, None if recorded is None else recorded - start.steps_before_resume
+        )
         epoch, steps = start.epoch or 0, start.steps
         self._paddings.clear()
         self.exchanged = 0
         same = self.stream_ends == SAME
         agreement = Agreement(digests=check is not None) if self._agrees() else None
-        base = start.base_steps
+        before = start.steps_before_resume
         counts = [0, 0]  # real and padding samples this process yielded in this run
         step = steps
         current, digest = _unwrapped(share.fetch(), check)
         if agreement is not None:
-            self._check(agreement, share, base, digest)
+            self._check(agreement, share, before, digest)
         while True:
             if agreement is not None:
                 # NOTE: the check of this batch started when it was fetched, one step ago.
                 sums = agreement.settle()
                 if check is not None:
                     check.verify(sums, step)
-                if self._stops(sums, step, current is END, _end(share, base) == 0):
+                if self._stops(sums, step, current is END, _end(share, before) == 0):
                     break
                 if current is END:
                     current = share.padding()
@@ -175,7 +177,7 @@ class StreamRun:
                 current = move(current)
             following, digest = _unwrapped(share.fetch(), check)
             if agreement is not None:
-                self._check(agreement, share, base, digest)
+                self._check(agreement, share, before, digest)
                 if check is not None and step == steps:
                     check.verify(agreement.settle_early(), step + 1)
             step += 1
@@ -195,12 +197,12 @@ class StreamRun:
         if not same:
             agreed = agreement is not None
             left = self._left(share, current, rows) if agreed and self.stream_ends == SHORTEST else None
-            self.report = self._report(agreed, counts, _end(share, base), left, epoch, step - steps)
+            self.report = self._report(agreed, counts, _end(share, before), left, epoch, step - steps)
 
-    def _check(self, agreement: Agreement, share: Share, base_steps: int, digest: int) -> None:
+    def _check(self, agreement: Agreement, share: Share, steps_before: int, digest: int) -> None:
         """Start the check of the batch just fetched: whether this share ended, whether it is empty, and the
         batch's digest (``SameStreamCheck``)."""
-        agreement.start(share.exhausted, _end(share, base_steps) == 0, digest)
+        agreement.start(share.exhausted, _end(share, steps_before) == 0, digest)
         self.exchanged = agreement.sent
 
     def _agrees(self) -> bool:
@@ -274,9 +276,9 @@ def _unwrapped(batch: Any, check: SameStreamCheck | None) -> tuple[Any, int]:
     return (batch, 0) if check is None else check.unwrap(batch)
 
 
-def _end(share: Share, base_steps: int) -> int | None:
+def _end(share: Share, steps_before: int) -> int | None:
     """The epoch step at which ``share``'s real pass ended (``None``: not yet)."""
-    return None if share.end is None else base_steps + share.end
+    return None if share.end is None else steps_before + share.end
 
 
 def _empty_shares(empty_here: bool, process_index: int) -> list[int]:

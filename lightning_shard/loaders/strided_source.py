@@ -112,13 +112,13 @@ class StridedSource(StreamSource):
         loader, shard = self.loader, self.shard
         workers = loader.num_workers if start.workers is None else start.workers
         discard = 0
-        if start.base and workers > 0:
+        if start.read_before_resume and workers > 0:
             # NOTE: another number of processes read part of this epoch with workers: replay the epoch's
             # order (`loaders/strided_source.py`); skipping inside each worker would skip the wrong elements.
             loaded = replayed_batches(
                 shard,
-                consumed=start.base,
-                steps=start.base_steps,
+                consumed=start.read_before_resume,
+                steps=start.steps_before_resume,
                 workers=workers,
                 start=start.start,
                 loader=loader,
@@ -158,7 +158,7 @@ class StridedSource(StreamSource):
     def _read(self, start: Position, skip_steps: int) -> Iterator[Any]:
         """The user's batches from ``start``, the shard skipping ``skip_steps`` global batches after the elements
         another sharding consumed (taken when the ``DataLoader``'s iterator, created right after, iterates it)."""
-        self.shard.resume(skip_steps=skip_steps, skip_elements=start.base)
+        self.shard.resume(skip_steps=skip_steps, skip_elements=start.read_before_resume)
         return self.loader.user_batches(start.workers)
 
     def length_after(self, base: int) -> int:
