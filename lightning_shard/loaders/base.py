@@ -16,7 +16,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lightning_shard.loaders.position import DataKind, Position, ResumeHook, ShardingInfo, Standing
 from lightning_shard.loaders.resumable import Resumption
-from lightning_shard.loaders.source import BatchSource, EpochCursor, IndexObserver
+from lightning_shard.loaders.source import BatchSource, EpochCursor, IndexObserver, moving, piped
 from lightning_shard.loaders.state import LoaderState
 from lightning_shard.loaders.streams import StreamRun
 
@@ -47,8 +47,12 @@ class ResumableLoader(DataLoader):
     # -- iteration --------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         """This process's batches of the epoch: the source's, from where the ``Resumption`` says the epoch
-        begins (a pending restore applied), each counted by it (the one writer of the position)."""
-        return self.resumption.run(self.source.batches(self.resumption.begin_epoch()))
+        begins (a pending restore applied), each counted by it (the one writer of the position); the batches of a
+        torchdata.nodes graph (the kind's ``pipeline``) made by it from the root items the source reads."""
+        batches = self.source.batches(self.resumption.begin_epoch())
+        if self.kind.pipeline is not None:
+            batches = piped(batches, self.kind.pipeline, moving(self))
+        return self.resumption.run(batches)
 
     def user_batches(self, workers: int | None = None) -> Iterator[Any]:
         """A new iterator over the user's batches of this epoch, as the ``DataLoader`` (and a user's subclass

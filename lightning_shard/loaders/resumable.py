@@ -138,17 +138,13 @@ class Resumption:
     def snapshot(self) -> Position:
         """Where the next batch comes from: a pending restore, the epoch in progress, or the next epoch (from
         the generator's state now, not the state the finished epoch started with)."""
-        pending, seed = self.pending, self.sampler_seed()
-        if pending is not None:
-            return replace(
-                pending,
-                epoch=self.epoch if pending.epoch is None else pending.epoch,
-                generator_state=pending.generator_state or encode_generator_state(self.source.generator()),
-                sampler_seed=seed if pending.sampler_seed is None else pending.sampler_seed,
-            )
-        if self.progress.in_epoch:
-            return replace(self.progress.position(), sampler_seed=seed)
-        return self._fresh(self.epoch)
+        at, seed = self.current(), self.sampler_seed()
+        return replace(
+            at,
+            epoch=self.epoch if at.epoch is None else at.epoch,
+            generator_state=at.generator_state or encode_generator_state(self.source.generator()),
+            sampler_seed=seed if at.sampler_seed is None else at.sampler_seed,
+        )
 
     def _fresh(self, epoch: int) -> Position:
         """The start of ``epoch``, drawn from the generator as it is now."""

@@ -26,10 +26,8 @@ from lightning_shard.loaders.kinds import classify
 from lightning_shard.loaders.position import DataKind, StreamEnds
 from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.source import (
-    BatchSource,
     EpochCursor,
     MapSource,
-    NodesSource,
     PlainSource,
     ShardSource,
 )
@@ -141,15 +139,8 @@ class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
     its state is the shard state (torchdata's own counts the batch this loader reads ahead, so it is not offered)."""
 
 
-def _source(loader: DataLoaderShard) -> BatchSource:
-    """The loader's source of batches, by its kind; a torchdata.nodes graph's batches are made by it from the
-    root items its kind's source reads."""
-    source = _items_source(loader)
-    pipeline = loader.kind.pipeline
-    return source if pipeline is None else NodesSource(source, pipeline)
-
-
-def _items_source(loader: DataLoaderShard) -> ShardSource:
+def _source(loader: DataLoaderShard) -> ShardSource:
+    """The loader's source of batches (of a torchdata.nodes graph's root items), by its kind."""
     kind, dataset = loader.kind, cast(Any, loader.dataset)  # NOTE: a stream's shard, as its kind says
     if kind.indexed:  # NOTE: `_with_cursor` put the cursor where the kind says
         return MapSource(loader, cast(EpochCursor, loader.cursor))

@@ -1,8 +1,9 @@
 """Where a loader's batches come from: one ``BatchSource`` per kind of data, each yielding an epoch's batches
 from an immutable start as ``(batch, is_last)`` (docs/DESIGN.md, "Kinds of data", "No singleton"). Here the
 contract, map-style data's source (``MapSource``: batches of indices from an ``EpochCursor``, a resume being
-index arithmetic, "Global state"), an unsharded iterable's (``PlainSource``) and a torchdata.nodes graph's
-(``NodesSource``, "torchdata.nodes"); a stream's are in ``loaders/strided_source.py``."""
+index arithmetic, "Global state") and an unsharded iterable's (``PlainSource``), and what makes a torchdata.nodes
+graph's batches of the root items one of them reads (``piped``, "torchdata.nodes"); a stream's sources are in
+``loaders/strided_source.py``."""
 
 from __future__ import annotations
 
@@ -235,46 +236,11 @@ AHEAD = 1
 """Steps handed to the graph before the one whose batch is awaited, so its workers go on across steps."""
 
 
-class NodesSource(BatchSource):
-    """``inner``'s steps of root items, each made a batch by ``graph`` rebuilt over them. Where an epoch
-    stands, what is saved and how a resume skips are ``inner``'s: the graph only maps, so what it prefetched
-    is never what a state records (the steps the loop consumed are)."""
-
-    def __init__(self, inner: BatchSource, graph: NodesGraph) -> None:
-        super().__init__(inner.loader)
-        self.inner = inner
-        self.graph = graph
-        self.stream = inner.stream
-        self.library = inner.library
-
-    def batches(self, start: Position) -> Batches:
-        return piped(self.inner.batches(start), self.graph, moving(self.loader))
-
-    def length_after(self, base: int) -> int:
-        return self.inner.length_after(base)
-
-    def sharding(self) -> ShardingInfo:
-        return self.inner.sharding()
-
-    def set_epoch(self, epoch: int) -> None:
-        self.inner.set_epoch(epoch)
-
-    def generator(self) -> torch.Generator | None:
-        return self.inner.generator()
-
-    def seeded(self) -> Any:
-        return self.inner.seeded()
-
-    def workers(self) -> int:
-        return self.inner.workers()
-
-    def synchronize(self) -> None:
-        self.inner.synchronize()
-
-
 def piped(steps: Batches, graph: NodesGraph, move: Callable[[Any], Any] | None = None) -> Batches:
     """Each of ``steps`` (a step's root items, with whether it is the last) made a batch by ``graph`` rebuilt
-    over a ``Feed``, ``move``d if given.
+    over a ``Feed``, ``move``d if given. Where an epoch stands, what is saved and how a resume skips are the
+    source's that reads the steps: the graph only maps, so what it prefetched is never what a state records
+    (the steps the loop consumed are).
 
     NOTE: every step is read here, in the loader's thread, and handed over: what reads the steps (a sampler's
     draws, a stream's collectives) must never run in the graph's threads, whose timing differs by process.

@@ -46,12 +46,11 @@ class SameStreamCheck:
     Without ``in_order`` (batches may arrive in another order on each process) the digests are summed and
     compared once, at the fetch where every process's stream ended."""
 
-    def __init__(
-        self, dataset: Any, num_processes: int, process_index: int, *, pin: bool, in_order: bool
-    ) -> None:
-        self.name = type(dataset).__name__
-        self.num_processes = num_processes
-        self.process_index = process_index
+    def __init__(self, shard: Any, *, pin: bool, in_order: bool) -> None:
+        """``shard``: this process's ``IterableDatasetShard`` of the stream."""
+        self.name = type(shard.dataset).__name__
+        self.num_processes = shard.num_processes
+        self.process_index = shard.process_index
         self.pin = pin and torch.cuda.is_available()
         self.in_order = in_order
         self.seen: Fingerprint | None = None
@@ -260,21 +259,16 @@ def isolated_fetches(
         yield from source
         return
     while True:
-        if when is not None and not when(step):
-            try:
-                batch = next(source)
-            except StopIteration:
-                return
-            yield batch
-            step += 1
-            continue
-        outer = torch.get_rng_state()
-        generator.manual_seed(key(step))
+        isolated = when is None or when(step)
+        if isolated:
+            outer = torch.get_rng_state()
+            generator.manual_seed(key(step))
         try:
             batch = next(source)
         except StopIteration:
             return
         finally:
-            torch.set_rng_state(outer)
+            if isolated:
+                torch.set_rng_state(outer)
         yield batch
         step += 1

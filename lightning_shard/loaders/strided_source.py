@@ -115,14 +115,7 @@ class StridedSource(StreamSource):
         if start.read_before_resume and workers > 0:
             # NOTE: another number of processes read part of this epoch with workers: replay the epoch's
             # order (`loaders/strided_source.py`); skipping inside each worker would skip the wrong elements.
-            loaded = replayed_batches(
-                shard,
-                consumed=start.read_before_resume,
-                steps=start.steps_before_resume,
-                workers=workers,
-                start=start.start,
-                loader=loader,
-            )
+            loaded = self._replayed(start, workers)
         else:
             # NOTE: each worker iterates its own copy of the stream, so with workers the batches to skip are
             # dropped after the DataLoader interleaves them: exact, at the cost of collating them.
@@ -133,13 +126,7 @@ class StridedSource(StreamSource):
         check = None
         if shard.fingerprinted:
             in_order = getattr(loader, "in_order", True) or workers == 0
-            check = SameStreamCheck(
-                shard.dataset,
-                shard.num_processes,
-                shard.process_index,
-                pin=loader.pin_memory,
-                in_order=in_order,
-            )
+            check = SameStreamCheck(shard, pin=loader.pin_memory, in_order=in_order)
         rows = rows_of(loader)
         batches = itertools.islice(loaded, discard, None) if discard else loaded
         restart = functools.partial(loader.user_batches, start.workers)
@@ -177,6 +164,40 @@ class StridedSource(StreamSource):
     def generator(self) -> torch.Generator | None:
         return self.loader.synchronized_generator
 
+    def _replayed(self, start: Position, workers: int) -> Iterator[Any]:
+        """This process's batches of the rest of an epoch that ``workers`` workers read for ``start``'s
+        ``steps_before_resume`` steps (its ``read_before_resume`` elements), of which this shard (this topology)
+        already took ``start.start`` steps."""
+        shard, loader, steps = self.shard, self.loader, start.steps_before_resume
+        shard.seed_dataset_generator()
+        order = ReplayedOrder(
+            shard.dataset,
+            steps,
+            batch_size=start.read_before_resume // steps,
+            drop_last=shard.drop_last,
+            num_workers=workers,
+            **{name: getattr(loader, name) for name in _WORKER_SETTINGS},
+        )
+        rest = IterableDatasetShard(
+            order,
+            batch_size=shard.batch_size,
+            drop_last=shard.drop_last,
+            num_processes=shard.num_processes,
+            process_index=shard.process_index,
+            split_batches=shard.split_batches,
+            even_batches=shard.even_batches,
+        )
+        rest.resume(skip_steps=start.start)
+        return iter(
+            DataLoader(
+                rest,
+                batch_size=loader.batch_size,
+                drop_last=loader.drop_last,
+                collate_fn=loader.collate_fn,
+                pin_memory=loader.pin_memory,
+            )
+        )
+
 
 _WORKER_SETTINGS = ("worker_init_fn", "multiprocessing_context", "prefetch_factor", "timeout")
 """The user's ``DataLoader`` settings that decide how the workers read; everything else is ours."""
@@ -192,51 +213,6 @@ class ReplayedOrder(IterableDataset):
         self.settings = settings
 
     def __iter__(self) -> Iterator[Any]:
-        groups = DataLoader(self.dataset, collate_fn=_elements, **self.settings)
+        groups = DataLoader(self.dataset, collate_fn=list, **self.settings)
         for group in itertools.islice(groups, self.skip_groups, None):
             yield from group
-
-
-def _elements(batch: list[Any]) -> list[Any]:
-    return batch
-
-
-def replayed_batches(
-    shard: IterableDatasetShard,
-    *,
-    consumed: int,
-    steps: int,
-    workers: int,
-    start: int,
-    loader: DataLoader,
-) -> Iterator[Any]:
-    """This process's batches of the rest of an epoch that ``workers`` workers read for ``steps`` steps
-    (``consumed`` elements), of which this ``shard`` (this topology) already took ``start`` steps."""
-    shard.seed_dataset_generator()
-    order = ReplayedOrder(
-        shard.dataset,
-        steps,
-        batch_size=consumed // steps,
-        drop_last=shard.drop_last,
-        num_workers=workers,
-        **{name: getattr(loader, name) for name in _WORKER_SETTINGS},
-    )
-    rest = IterableDatasetShard(
-        order,
-        batch_size=shard.batch_size,
-        drop_last=shard.drop_last,
-        num_processes=shard.num_processes,
-        process_index=shard.process_index,
-        split_batches=shard.split_batches,
-        even_batches=shard.even_batches,
-    )
-    rest.resume(skip_steps=start)
-    return iter(
-        DataLoader(
-            rest,
-            batch_size=loader.batch_size,
-            drop_last=loader.drop_last,
-            collate_fn=loader.collate_fn,
-            pin_memory=loader.pin_memory,
-        )
-    )
