@@ -11,9 +11,11 @@ import inspect
 from collections.abc import Iterator
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from lightning_shard.comm.topology import Topology
 from lightning_shard.loaders.position import DataKind, Position, ResumeHook, ShardingInfo, Standing
 from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.source import BatchSource, EpochCursor, IndexObserver, moving, piped
@@ -30,6 +32,10 @@ class ResumableLoader(DataLoader):
     """Where its batches come from, one class per kind (``loaders/source.py``)."""
     resumption: Resumption
     """Its epochs and position, over ``source``."""
+    device: torch.device | None
+    non_blocking: bool
+    use_stateful_dataloader: bool
+    topology: Topology | None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Register a class that is also a ``StatefulDataLoader`` as the stateful variant of its first base
@@ -180,7 +186,25 @@ class ResumableLoader(DataLoader):
         self.resumption.load_state_dict(state_dict)
 
     def fresh_copy(self) -> ResumableLoader:
-        """A loader with every setting and the epoch of this one, at the epoch's start (each class builds its own)."""
+        """A loader with every setting and the epoch of this one and a position of its own (at the epoch's start),
+        with the user's attributes: the dataset is shared, what holds a position copied (``_copied_arguments``)."""
+        dataset, arguments = self._copied_arguments()
+        twin = type(self)(
+            dataset,
+            device=self.device,
+            use_stateful_dataloader=self.use_stateful_dataloader,
+            non_blocking=self.non_blocking,
+            topology=self.topology,
+            kind=self.kind,
+            **arguments,
+        )
+        carry_user_attributes(twin, self, getattr(self, "user_attributes", ()))
+        twin.set_epoch(self.epoch)
+        return twin
+
+    def _copied_arguments(self) -> tuple[Any, dict[str, Any]]:
+        """The dataset and the class's own constructor arguments of a ``fresh_copy`` (each class copies its
+        index source, generators or shard)."""
         raise NotImplementedError
 
     def state_at(self, steps: int) -> LoaderState:

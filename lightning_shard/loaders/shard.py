@@ -18,7 +18,6 @@ from lightning_shard.comm.rng import normalize_rng_types
 from lightning_shard.comm.topology import Topology
 from lightning_shard.loaders.base import (
     ResumableLoader,
-    carry_user_attributes,
     init_data_loader,
     loader_settings,
 )
@@ -101,9 +100,8 @@ class DataLoaderShard(ResumableLoader):
         self.source = _source(self)
         self.resumption = Resumption(self.source, skip_batches=skip_batches)
 
-    def fresh_copy(self) -> DataLoaderShard:
-        """A loader with every setting and the epoch of this one and a position of its own (at the epoch's
-        start): the dataset is shared, the index source (and generators) or iterable shard copied."""
+    def _copied_arguments(self) -> tuple[Any, dict[str, Any]]:
+        """The index source (and generators) or iterable shard copied, the user's dataset shared."""
         user = getattr(self.dataset, "dataset", self.dataset) if self.kind.stream else self.dataset
         shared = {id(user): user}
         kwargs = dict(loader_settings(self))
@@ -116,22 +114,13 @@ class DataLoaderShard(ResumableLoader):
             kwargs.update(batch_size=self.batch_size, drop_last=self.drop_last)
         # NOTE: one memo for everything copied: a generator shared by the sampler, the loader (worker seeds)
         # and `synchronized_generator` stays one generator in the copy.
-        kwargs["generator"] = copy.deepcopy(self.generator, shared)
-        twin = type(self)(
-            dataset,
-            device=self.device,
-            rng_types=list(self.rng_types),
+        kwargs.update(
+            generator=copy.deepcopy(self.generator, shared),
             synchronized_generator=copy.deepcopy(self.synchronized_generator, shared),
-            use_stateful_dataloader=self.use_stateful_dataloader,
-            non_blocking=self.non_blocking,
-            topology=self.topology,
+            rng_types=list(self.rng_types),
             data_seed=self.draw_seed,
-            kind=self.kind,
-            **kwargs,
         )
-        carry_user_attributes(twin, self, getattr(self, "user_attributes", ()))
-        twin.set_epoch(self.epoch)
-        return twin
+        return dataset, kwargs
 
 
 class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
