@@ -18,7 +18,6 @@ from lightning_shard.loaders.base import (
     user_loader_class,
     with_user_class,
 )
-from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
 from lightning_shard.loaders.kinds import (
     classify,
     classify_iterable,
@@ -28,7 +27,7 @@ from lightning_shard.loaders.kinds import (
     user_batch_size,
 )
 from lightning_shard.loaders.position import SAME, SHORTEST, DataKind, LeftAsItIs, StreamEnds
-from lightning_shard.loaders.shard import DataLoaderShard
+from lightning_shard.loaders.shard import DataLoaderDispatcher, DataLoaderShard
 from lightning_shard.options import ShardOptions
 from lightning_shard.sampling.balance import BALANCED, EvenBatches
 from lightning_shard.sampling.batch_shard import BatchSamplerShard

@@ -202,7 +202,7 @@ _NOT_YET = {
     "loaders/base.py": "rebuilding the user's loader class: whether it is torchdata's stateful one",
     "sampling/native_stream.py": "a natively sharded share's length, if the user's dataset has one",
     "sampling/iterable_shard.py": "the user's dataset's generator, the reference's convention",
-    "loaders/dispatcher.py": "the user's dataset's generator, the reference's convention",
+    "loaders/dispatch_source.py": "the user's dataset's generator, the reference's convention",
     "loaders/strided_source.py": "a stream's dataset length, if it has one",
 }
 """Modules still probing a part of the data after the classifier (issue 42, left): each with what it asks."""
@@ -270,7 +270,6 @@ def test_only_the_classifiers_decide_a_kind() -> None:
     callers = {
         "prepare.py": {"classify(...)", "classify_iterable(...)"},
         "loaders/shard.py": {"classify(...)"},
-        "loaders/dispatcher.py": {"classify(...)"},
         "lightning/sharding.py": {"classify_iterable(...)"},
         "sampling/own_sampler.py": {"sampler_kind(...)"},
         "sampling/batch_shard.py": {"sampler_kind(...)"},
