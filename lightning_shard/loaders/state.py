@@ -221,9 +221,14 @@ def _other_shares(saved: int, now: int, library: SelfSplit | None) -> str:
     )
 
 
-_COUNTS = ("epoch", "steps", "base", "consumed", "base_steps", "num_workers")
+_COUNTS = ("epoch", "steps", "base", "consumed", "base_steps", "num_workers", "batch_size", "dataset_length")
 _FLAGS = ("split_batches", "drop_last")
-_OPTIONAL_COUNTS = ("batch_size", "dataset_length")
+_NULLABLE = {
+    "batch_size",
+    "dataset_length",
+    *(name for name, default in _OPTIONAL.items() if default is None),
+}
+"""The keys whose value may be ``None``: a size not known, and the optional keys that default to it."""
 
 
 def _check_values(values: dict[str, Any]) -> None:
@@ -243,15 +248,12 @@ def _refuse(name: str, value: Any) -> None:
 
 
 def _valid(name: str, value: Any) -> bool:
-    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if value is None:
+        return name in _NULLABLE
     if name in _COUNTS:
-        return is_int and value >= 0
-    if name == "num_processes":
-        return is_int and value >= 1
-    if name == "world_size":
-        return value is None or (is_int and value >= 1)
-    if name in _OPTIONAL_COUNTS:
-        return value is None or (is_int and value >= 0)
+        return _is_int(value, least=0)
+    if name in ("num_processes", "world_size"):
+        return _is_int(value, least=1)
     if name == "even_batches":
         return isinstance(value, bool) or value == "balanced"
     if name in _FLAGS:
@@ -259,19 +261,23 @@ def _valid(name: str, value: Any) -> bool:
     if name == "mode":
         return value in get_args(Mode)
     if name == "sampler_seed":
-        return value is None or is_int
+        return _is_int(value)
     if name == "streams":
-        return value is None or (isinstance(value, list) and all(_valid_stream(entry) for entry in value))
+        return isinstance(value, list) and all(_valid_stream(entry) for entry in value)
     if name == "library":
-        return value is None or isinstance(value, dict)
-    return value is None or isinstance(value, str)
+        return isinstance(value, dict)
+    return isinstance(value, str)
 
 
 def _valid_stream(entry: Any) -> bool:
     if not isinstance(entry, dict) or set(entry) != {"ended_at"}:
         return False
-    end = entry["ended_at"]
-    return end is None or (isinstance(end, int) and not isinstance(end, bool) and end >= 0)
+    return entry["ended_at"] is None or _is_int(entry["ended_at"], least=0)
+
+
+def _is_int(value: Any, least: int | None = None) -> bool:
+    """Whether ``value`` is an ``int`` (not a ``bool``), of at least ``least`` if given."""
+    return isinstance(value, int) and not isinstance(value, bool) and (least is None or value >= least)
 
 
 def _describe(value: Any) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 import torch
 import torch.distributed as dist
@@ -82,7 +82,8 @@ class StreamRun:
                 f"`stream_ends` must be one of {allowed} for this stream, got {kind.stream_ends!r}. Leave it "
                 "`None`: the stream's kind then decides (`stream_ends_for`)."
             )
-        self.kind = kind
+        self.stream_ends = cast(StreamEnds, kind.stream_ends)  # NOTE: one of `allowed`
+        """The kind's ``stream_ends`` policy."""
         self.num_processes = num_processes
         self.process_index = process_index
         self.spans_group = spans_group
@@ -91,13 +92,6 @@ class StreamRun:
         """The last finished epoch's report (``None`` under ``"same"``: nothing to report)."""
         self.exchanged = 0
         """Bytes this process all-reduced in the current (or last) epoch's agreement (checks, then the report)."""
-
-    @property
-    def stream_ends(self) -> StreamEnds:
-        """The kind's ``stream_ends`` policy."""
-        ends = self.kind.stream_ends
-        assert ends is not None  # NOTE: checked when built
-        return ends
 
     @property
     def uneven(self) -> bool:
