@@ -79,16 +79,14 @@ class DispatchSource(BatchSource):
 
     def _receive(self) -> Batches:
         """Other processes: receive slices from process 0 until it says the epoch is over."""
-        channel, loader = self._channel(0), self.loader
-        while True:
+        channel, loader, status = self._channel(0), self.loader, None
+        while status is not Status.LAST:
             status, batch = channel.receive()
             if status is Status.ERROR:
                 raise RuntimeError(f"Process 0 failed while loading the batch to dispatch: {batch}")
             if status is Status.STOP:
                 return
             yield send_to_device(batch, loader.device, loader.non_blocking), status is Status.LAST
-            if status is Status.LAST:
-                return
 
     def _global_slices(self, start: Position) -> Iterator[tuple[list[Any], bool]]:
         """Each global batch cut into ``N`` slices, and whether it is the epoch's last."""

@@ -89,6 +89,12 @@ class ShardSource(BatchSource):
     def synchronize(self) -> None:
         synchronize_rng_states(self.loader.rng_types, self.loader.synchronized_generator)
 
+    def length_after(self, base: int) -> int:
+        """The ``DataLoader``'s own length, whatever was read before: where the loader resumes no position (a
+        plain iterable), or reads a share of a stream (the shares differ in length, so the loader has none:
+        ``NativeStreamShard`` has no ``__len__``)."""
+        return DataLoader.__len__(self.loader)
+
 
 def marked_last(batches: Iterator[Any], move: Callable[[Any], Any] | None = None) -> Batches:
     """Each of ``batches`` (``move``d, if given) with whether it is the last, one batch read ahead (no
@@ -218,9 +224,6 @@ class PlainSource(ShardSource):
                 f"{start.start + start.read_before_resume} batches. Build the loader with `prepare_data_loader`."
             )
         return marked_last(self.loader.user_batches(), moving(self.loader))
-
-    def length_after(self, base: int) -> int:
-        return DataLoader.__len__(self.loader)
 
     def sharding(self) -> ShardingInfo:
         return ShardingInfo(

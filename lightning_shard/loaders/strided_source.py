@@ -93,10 +93,6 @@ class ShareSource(StreamSource):
         self.shard.before_pass()
         return self.loader.user_batches(workers)
 
-    def length_after(self, base: int) -> int:
-        # NOTE: the shares differ in length, so the loader has none (`NativeStreamShard` has no `__len__`).
-        return DataLoader.__len__(self.loader)
-
     def sharding(self) -> ShardingInfo:
         return self.stream_sharding(bool(self.loader.drop_last))
 
