@@ -248,27 +248,23 @@ def isolated_fetches(
     """Iterate ``make()``: creating it, and each fetch if ``each_fetch`` (those of the steps ``when`` picks, if
     given), with torch's CPU generator seeded with ``key(step)`` (steps counted from ``start``) and the caller's
     state restored after."""
-    generator, step = torch.default_generator, start
-    outer = torch.get_rng_state()
-    generator.manual_seed(key(-1))
-    try:
-        source = make()
-    finally:
-        torch.set_rng_state(outer)
+    source = _seeded(make, key(-1))
     if not each_fetch:
         yield from source
         return
-    while True:
-        isolated = when is None or when(step)
-        if isolated:
-            outer = torch.get_rng_state()
-            generator.manual_seed(key(step))
+    for step in itertools.count(start):
         try:
-            batch = next(source)
+            batch = _seeded(source.__next__, key(step)) if when is None or when(step) else next(source)
         except StopIteration:
             return
-        finally:
-            if isolated:
-                torch.set_rng_state(outer)
         yield batch
-        step += 1
+
+
+def _seeded(call: Callable[[], Any], seed: int) -> Any:
+    """``call()`` with torch's CPU generator seeded with ``seed``, the caller's state restored after."""
+    outer = torch.get_rng_state()
+    torch.default_generator.manual_seed(seed)
+    try:
+        return call()
+    finally:
+        torch.set_rng_state(outer)
