@@ -138,20 +138,16 @@ class Resumption:
     def snapshot(self) -> Position:
         """Where the next batch comes from: a pending restore, the epoch in progress, or the next epoch (from
         the generator's state now, not the state the finished epoch started with)."""
-        at, seed = self.current(), self.sampler_seed()
+        return self._drawn(self.current())
+
+    def _drawn(self, at: Position) -> Position:
+        """``at`` with the loader's epoch, the generator's state now and the order's seed where it has none."""
+        seed = self.sampler_seed()
         return replace(
             at,
             epoch=self.epoch if at.epoch is None else at.epoch,
             generator_state=at.generator_state or encode_generator_state(self.source.generator()),
             sampler_seed=seed if at.sampler_seed is None else at.sampler_seed,
-        )
-
-    def _fresh(self, epoch: int) -> Position:
-        """The start of ``epoch``, drawn from the generator as it is now."""
-        return Position(
-            epoch,
-            generator_state=encode_generator_state(self.source.generator()),
-            sampler_seed=self.sampler_seed(),
         )
 
     # -- state ------------------------------------------------------------------------------------
@@ -165,7 +161,7 @@ class Resumption:
             epoch = consumed.next_epoch
             if epoch is None:
                 epoch = self.epoch + 1 if self.progress.in_epoch else self.epoch
-            return self.state_at(self._fresh(epoch), 0).to_dict()
+            return self.state_at(self._drawn(Position(epoch)), 0).to_dict()
         if consumed is not None:
             steps = consumed.steps
         return self.state_at(self.snapshot(), steps).to_dict()
@@ -180,10 +176,8 @@ class Resumption:
                 "resumed on this number of processes. Pass the steps consumed in the whole epoch."
             )
         workers = self.source.workers() if position.workers is None else position.workers
-        epoch, consumed = (
-            position.epoch or 0,
-            position.read_before_resume + (steps - position.steps_before_resume) * info.step_size,
-        )
+        epoch = position.epoch or 0
+        consumed = position.read_before_resume + (steps - position.steps_before_resume) * info.step_size
         stream, library = self.source.stream, self.source.library
         return LoaderState(
             info,
