@@ -135,17 +135,14 @@ class StreamRun:
         ``move`` is applied before the next fetch. A share of its own resumed mid-epoch drops what it had
         consumed, continuing in its padding where it had ended (``Share``). ``check``: a strided stream's
         digests ride on the agreement, the first two batches' compared before the first is yielded."""
-        skip = start.start if self.resumable else 0
+        skip, before = start.start if self.resumable else 0, start.steps_before_resume
         recorded = None if start.ended_at is None or not skip else start.ended_at[self.process_index]
-        share = Share(
-            first, restart, skip, None if recorded is None else recorded - start.steps_before_resume
-        )
+        share = Share(first, restart, skip, None if recorded is None else recorded - before)
         epoch, steps = start.epoch or 0, start.steps
         self._paddings.clear()
         self.exchanged = 0
         same = self.stream_ends == SAME
         agreement = Agreement(digests=check is not None) if self._agrees() else None
-        before = start.steps_before_resume
         counts = [0, 0]  # real and padding samples this process yielded in this run
         step = steps
         current, digest = _unwrapped(share.fetch(), check)

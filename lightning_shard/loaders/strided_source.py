@@ -47,7 +47,7 @@ class StreamSource(ShardSource):
         that splits itself: that one reports its own share's length (LitData), which differs by rank, and the
         state must be the same on every process."""
         shard = self.shard
-        length = getattr(shard.dataset, "__len__", None) if self.loader.kind.library is None else None
+        length = getattr(shard.dataset, "__len__", None) if self.library is None else None
         return ShardingInfo(
             mode="shard",
             num_processes=shard.num_processes,
