@@ -17,12 +17,8 @@ STATE_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 """Version 1 (lightning_shard 0.1) lacks the optional keys (``_OPTIONAL``); they then take their defaults."""
 
-_POSITION_RENAMED = {
-    "workers": "num_workers",
-    "read_before_resume": "base",
-    "steps_before_resume": "base_steps",
-}
-"""``Position`` fields saved under another key."""
+_POSITION_RENAMED = dict(workers="num_workers", read_before_resume="base", steps_before_resume="base_steps")
+"""``Position`` fields saved under another key (the keys the released states have)."""
 _POSITION_UNSAVED = ("ended_at", "library")
 """``Position`` fields the state holds otherwise: each process's stream end, in a released state's ``streams``;
 a library's own state, in the state's ``library``."""
