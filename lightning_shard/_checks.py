@@ -7,11 +7,8 @@ from typing import Any
 
 def check_num_processes(num_processes: Any) -> int:
     """Return ``num_processes`` if it is an integer of at least 1."""
-    if isinstance(num_processes, bool) or not isinstance(num_processes, int):
-        raise TypeError(
-            f"`num_processes` must be an integer, got {num_processes!r} ({type(num_processes).__name__}). "
-            "Pass the number of data-parallel processes, e.g. `num_processes=2`."
-        )
+    fix = "the number of data-parallel processes, e.g. `num_processes=2`"
+    _check_int("num_processes", num_processes, "an integer", fix)
     if num_processes < 1:
         raise ValueError(
             f"`num_processes` must be at least 1, got {num_processes}. Pass the number of data-parallel "
@@ -23,11 +20,8 @@ def check_num_processes(num_processes: Any) -> int:
 
 def check_process_index(process_index: Any, num_processes: int) -> int:
     """Return ``process_index`` if it lies in ``[0, num_processes)``."""
-    if isinstance(process_index, bool) or not isinstance(process_index, int):
-        raise TypeError(
-            f"`process_index` must be an integer, got {process_index!r} ({type(process_index).__name__}). "
-            f"Pass this process's data-parallel rank, between 0 and {num_processes - 1}."
-        )
+    fix = f"this process's data-parallel rank, between 0 and {num_processes - 1}"
+    _check_int("process_index", process_index, "an integer", fix)
     if not 0 <= process_index < num_processes:
         raise ValueError(
             f"`process_index` must be in [0, {num_processes}) for `num_processes={num_processes}`, "
@@ -57,15 +51,10 @@ def check_split_batch_size(batch_size: int | None, num_processes: int, where: st
 def check_non_negative(name: str, value: Any, fix: str | None = None) -> int:
     """Return ``value`` if it is a non-negative integer; ``fix`` says what to pass instead (by default, for
     a skip parameter: a whole number, 0 to skip nothing)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(
-            f"`{name}` must be a non-negative integer, got {value!r} ({type(value).__name__}). "
-            f"Pass {fix or f'a whole number, e.g. `{name}=0` to skip nothing'}."
-        )
+    what = "a non-negative integer"
+    _check_int(name, value, what, fix or f"a whole number, e.g. `{name}=0` to skip nothing")
     if value < 0:
-        raise ValueError(
-            f"`{name}` must be a non-negative integer, got {value}. Pass {fix or '0 to skip nothing'}."
-        )
+        raise ValueError(f"`{name}` must be {what}, got {value}. Pass {fix or '0 to skip nothing'}.")
     return value
 
 
@@ -92,9 +81,12 @@ def check_seed(name: str, value: Any) -> int | None:
     """Return ``value`` if it is ``None`` or an integer seed."""
     if value is None:
         return None
+    return _check_int(name, value, "an integer seed or None", f"e.g. `{name}=1234`")
+
+
+def _check_int(name: str, value: Any, what: str, fix: str) -> int:
+    """Return ``value`` if it is an integer (a bool is not one); else a ``TypeError`` saying ``what`` to pass:
+    "`name` must be <what>, got <value> (<type>). Pass <fix>."."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(
-            f"`{name}` must be an integer seed or None, got {value!r} ({type(value).__name__}). "
-            f"Pass e.g. `{name}=1234`."
-        )
+        raise TypeError(f"`{name}` must be {what}, got {value!r} ({type(value).__name__}). Pass {fix}.")
     return value

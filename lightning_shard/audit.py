@@ -16,18 +16,7 @@ import torch
 import torch.distributed as dist
 
 from lightning_shard._checks import check_non_negative
-from lightning_shard.comm.bitmaps import (
-    EXAMPLES,
-    count_dtype,
-    decode,
-    encode,
-    first,
-    pack,
-    popcount,
-    set_bits,
-    states,
-    test_bits,
-)
+from lightning_shard.comm import bitmaps
 from lightning_shard.comm.collectives import communication_device, is_distributed
 from lightning_shard.loaders.position import ShardingInfo
 from lightning_shard.sampling.balance import EvenBatches, is_balanced
@@ -161,7 +150,7 @@ class ShardAudit:
     @property
     def covered(self) -> int:
         """Distinct samples recorded."""
-        return popcount(self.seen)
+        return bitmaps.popcount(self.seen)
 
     def record_indices(self, indices: Sequence[int] | torch.Tensor) -> None:
         """Record that this process consumed the samples ``indices`` (repeats count).
@@ -170,20 +159,18 @@ class ShardAudit:
             ValueError: if an index lies outside ``[0, dataset_length)``.
         """
         flat = torch.as_tensor(indices, dtype=torch.int64).reshape(-1)
-        if not flat.numel():
-            return
         bad = flat[(flat < 0) | (flat >= self.dataset_length)]
         if bad.numel():
             raise ValueError(
-                f"`indices` contains {bad[:EXAMPLES].tolist()}, outside [0, {self.dataset_length}) for "
+                f"`indices` contains {bad[: bitmaps.EXAMPLES].tolist()}, outside [0, {self.dataset_length}) for "
                 f"`dataset_length={self.dataset_length}`. Record dataset indices, and build the audit with "
                 "the length of the dataset the loader reads."
             )
         unique, counts = torch.unique(flat, return_counts=True)
-        already = test_bits(self.seen, unique)
+        already = bitmaps.test_bits(self.seen, unique)
         twice = unique[already | (counts > 1)]
-        set_bits(self.seen, unique[~already])
-        set_bits(self.repeated, twice[~test_bits(self.repeated, twice)])
+        bitmaps.set_bits(self.seen, unique[~already])
+        bitmaps.set_bits(self.repeated, twice[~bitmaps.test_bits(self.repeated, twice)])
         self.records += flat.numel()
 
     def merge(self, other: ShardAudit) -> ShardAudit:
@@ -220,13 +207,13 @@ class ShardAudit:
             return merged
         device = communication_device()
         self._check_same_length(device, group)
-        dtype = count_dtype(dist.get_world_size(group))
+        dtype = bitmaps.count_dtype(dist.get_world_size(group))
         for start in range(0, self.seen.numel(), _COUNT_CHUNK // 8):
             part = slice(start, start + _COUNT_CHUNK // 8)
-            counts = states(self.seen[part], self.repeated[part]).to(device=device, dtype=dtype)
+            counts = bitmaps.states(self.seen[part], self.repeated[part]).to(device=device, dtype=dtype)
             dist.all_reduce(counts, group=group)
             counts = counts.cpu()
-            merged.seen[part], merged.repeated[part] = pack(counts >= 1), pack(counts >= 2)
+            merged.seen[part], merged.repeated[part] = bitmaps.pack(counts >= 1), bitmaps.pack(counts >= 2)
         records = torch.tensor([self.records], dtype=torch.int64, device=device)
         dist.all_reduce(records, group=group)
         merged.records = int(records.item())
@@ -248,8 +235,8 @@ class ShardAudit:
         return {
             "dataset_length": self.dataset_length,
             "records": self.records,
-            "seen": encode(self.seen),
-            "repeated": encode(self.repeated),
+            "seen": bitmaps.encode(self.seen),
+            "repeated": bitmaps.encode(self.repeated),
         }
 
     @classmethod
@@ -261,7 +248,7 @@ class ShardAudit:
         """
         try:
             audit = cls(state["dataset_length"])
-            seen, repeated = decode(state["seen"]), decode(state["repeated"])
+            seen, repeated = bitmaps.decode(state["seen"]), bitmaps.decode(state["repeated"])
             records = state["records"]
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(
@@ -285,12 +272,12 @@ class ShardAudit:
             records=self.records,
             covered=covered,
             duplicates=self.records - covered,
-            repeated=popcount(self.repeated),
+            repeated=bitmaps.popcount(self.repeated),
             missing=self.dataset_length - covered,
             allowed_padding=self.allowed_padding,
             allowed_missing=self.allowed_missing,
-            duplicate_examples=tuple(first(self.repeated, True, self.dataset_length)),
-            missing_examples=tuple(first(self.seen, False, self.dataset_length)),
+            duplicate_examples=tuple(bitmaps.first(self.repeated, True, self.dataset_length)),
+            missing_examples=tuple(bitmaps.first(self.seen, False, self.dataset_length)),
         )
 
 

@@ -219,15 +219,11 @@ class ShardScheduler:
                 return
             self.scheduler.step(*args, **kwargs)
 
-    @property
-    def optimizer(self) -> Optimizer:
-        """The inner scheduler's optimizer (what Lightning's ``LearningRateMonitor`` reads)."""
-        return self.scheduler.optimizer
-
     last_epoch = _forwarded("scheduler", "last_epoch")
 
     def __getattr__(self, name: str) -> Any:
-        # NOTE: `state_dict`, `load_state_dict`, `get_last_lr`, ... are the inner scheduler's.
+        # NOTE: `state_dict`, `load_state_dict`, `get_last_lr`, `optimizer` (what Lightning's
+        # `LearningRateMonitor` reads), ... are the inner scheduler's.
         if name == "scheduler" or name.startswith("__"):
             raise AttributeError(name)
         return getattr(self.scheduler, name)

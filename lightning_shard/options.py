@@ -179,13 +179,8 @@ class StrategyOptions(_Options):
             )
 
 
-def option_fields(cls: type) -> tuple[Field[Any], ...]:
-    """The documented options of ``ShardOptions`` or ``StrategyOptions``, in order."""
-    return fields(cls)
-
-
 def option_names(cls: type) -> list[str]:
-    return [option.name for option in option_fields(cls)]
+    return [option.name for option in fields(cls)]
 
 
 def strategy_default(option: Field[Any]) -> Any:
@@ -211,7 +206,7 @@ def option_table() -> str:
     """The options table of docs/options.md, rendered from the fields above when the site is built."""
     rows = ["| option | default | meaning |", "|---|---|---|"]
     for cls, suffix in ((ShardOptions, ""), (StrategyOptions, " (strategy only)")):
-        for option in option_fields(cls):
+        for option in fields(cls):
             default = f"`{option.default!r}`"
             if _STRATEGY_DEFAULT in option.metadata:
                 default += f" (`{option.metadata[_STRATEGY_DEFAULT]!r}` under a strategy)"

@@ -85,47 +85,14 @@ def prepare_with_options(
 ) -> DataLoaderShard | DataLoaderDispatcher:
     """``prepare_data_loader`` for an already checked ``ShardOptions`` and topology; ``uneven_streams``: what a
     stream does with ``even_batches=False`` (``"shortest"`` for a training loop, ``"own"`` for predict)."""
+    pipeline = None
     if not is_data_loader(dataloader):
-        return _prepare_graph(dataloader, options, topology, device=device, uneven_streams=uneven_streams)
-    return _prepare(dataloader, options, topology, device, device_mesh, uneven_streams)
-
-
-def _prepare_graph(
-    graph: Any, options: ShardOptions, topology: Topology, *, device: Any, uneven_streams: StreamEnds
-) -> DataLoaderShard | DataLoaderDispatcher:
-    """A torchdata.nodes graph sharded as the ``DataLoader`` of its root's items would be, each step's items
-    then made a batch by the graph rebuilt over them (``loaders/source.py``): a ``DataLoaderShard``,
-    never dispatched."""
-    found = classify_iterable(
-        graph, num_processes=topology.num_processes, process_index=topology.process_index
-    )
-    if isinstance(found, LeftAsItIs):
-        raise TypeError(
-            f"`dataloader` must be a `torch.utils.data.DataLoader` or a torchdata.nodes `Loader` (or node graph) "
-            f"rooted in a `SamplerWrapper` or `IterableWrapper`, got {found.name} ({found.reason}). Wrap your "
-            "dataset first: `DataLoader(dataset, batch_size=...)`."
-        )
-    if options.dispatch_batches:
-        raise ValueError(
-            f"`dispatch_batches=True` with the torchdata.nodes graph `{found.describe()}`: process 0 would have to "
-            "run the graph for every process and send each its part of every batch, which lightning_shard does "
-            "not do for graphs. Use `dispatch_batches=False` (the default: each process runs the graph over its "
-            "own part of the root's items), or return a `DataLoader` to have it dispatched."
-        )
-    options = options.replace(dispatch_batches=False)
-    return _prepare(root_loader(found), options, topology, device, None, uneven_streams, pipeline=found)
-
-
-def _prepare(
-    dataloader: DataLoader,
-    options: ShardOptions,
-    topology: Topology,
-    device: torch.device | str | None,
-    device_mesh: Any,
-    uneven_streams: StreamEnds,
-    pipeline: NodesGraph | None = None,
-) -> DataLoaderShard | DataLoaderDispatcher:
-    options = _agree_on_seed(options, topology)
+        pipeline = _prepare_graph(dataloader, options, topology)
+        dataloader = root_loader(pipeline)
+        options = options.replace(dispatch_batches=False)
+    if (options.use_seedable_sampler or options.scalable_shuffle) and topology.num_processes > 1:
+        # NOTE: processes that shuffle differently read some samples twice and others never.
+        options = options.replace(data_seed=_draw_seed(options, topology))
     kind = classify(
         dataloader,
         num_processes=topology.num_processes,
@@ -138,8 +105,7 @@ def _prepare(
     )
     kind = kind if pipeline is None else dataclasses.replace(kind, pipeline=pipeline)
     if options.split_batches:
-        batch_size = user_batch_size(dataloader)
-        check_split_batch_size(batch_size, topology.num_processes, "dataloader")
+        check_split_batch_size(user_batch_size(dataloader), topology.num_processes, "dataloader")
     if kind.dispatch:
         _check_dispatch_mesh(device_mesh, topology)
         return _build_dispatcher(dataloader, kind, options, topology, device)
@@ -165,16 +131,27 @@ def _prepare(
     )
 
 
-def _agree_on_seed(options: ShardOptions, topology: Topology) -> ShardOptions:
-    """``use_seedable_sampler`` / ``scalable_shuffle`` without ``data_seed``: every process takes process 0's
-    default seed, as processes that shuffle differently read some samples twice and others never."""
-    seeded = options.use_seedable_sampler or options.scalable_shuffle
-    if not seeded or options.data_seed is not None or topology.num_processes == 1:
-        return options
-    if not is_distributed() or not topology.covers_world():
-        # NOTE: a world-wide broadcast needs every rank here; a loader over part of the group keeps its default.
-        return options
-    return options.replace(data_seed=int(broadcast_object(torch.initial_seed())))
+def _prepare_graph(graph: Any, options: ShardOptions, topology: Topology) -> NodesGraph:
+    """The torchdata.nodes graph ``graph``, checked: it is sharded as the ``DataLoader`` of its root's items
+    (``root_loader``) would be, each step's items then made a batch by the graph rebuilt over them
+    (``loaders/source.py``): a ``DataLoaderShard``, never dispatched."""
+    found = classify_iterable(
+        graph, num_processes=topology.num_processes, process_index=topology.process_index
+    )
+    if isinstance(found, LeftAsItIs):
+        raise TypeError(
+            f"`dataloader` must be a `torch.utils.data.DataLoader` or a torchdata.nodes `Loader` (or node graph) "
+            f"rooted in a `SamplerWrapper` or `IterableWrapper`, got {found.name} ({found.reason}). Wrap your "
+            "dataset first: `DataLoader(dataset, batch_size=...)`."
+        )
+    if options.dispatch_batches:
+        raise ValueError(
+            f"`dispatch_batches=True` with the torchdata.nodes graph `{found.describe()}`: process 0 would have to "
+            "run the graph for every process and send each its part of every batch, which lightning_shard does "
+            "not do for graphs. Use `dispatch_batches=False` (the default: each process runs the graph over its "
+            "own part of the root's items), or return a `DataLoader` to have it dispatched."
+        )
+    return found
 
 
 def _check_dispatch_mesh(device_mesh: Any, topology: Topology) -> None:
@@ -210,28 +187,20 @@ def _map_shard_parts(
     user = (
         BatchSampler(dataloader.sampler, 1, drop_last=False) if per_sample else user_batch_sampler(dataloader)
     )
-    batch_sampler = _recorded(user, options)
+    # NOTE: one process never pads, as the reference (which does not shard then) does not; one sample a step
+    # cannot be split, so a per-sample loader pads where it would balance.
+    even = False if topology.num_processes == 1 else options.even_batches
     shard = BatchSamplerShard(
-        batch_sampler,
+        _recorded(user, options),
         num_processes=topology.num_processes,
         process_index=topology.process_index,
         split_batches=options.split_batches,
-        # NOTE: one process never pads, as the reference (which does not shard then) does not; one sample a
-        # step cannot be split, so a per-sample loader pads where it would balance.
-        even_batches=_even_batches(options, topology, per_sample),
+        even_batches=True if per_sample and even == BALANCED else even,
     )
-    shapes: dict[str, dict[str, Any]] = {
-        "samples": {"sampler": SampleShard(shard), "batch_size": None},
-        "sampler": {"sampler": shard, "batch_size": None},
-    }
-    index_source = shapes.get(kind.index_shape, {"batch_sampler": shard})
+    index_source: dict[str, Any] = {"batch_sampler": shard}
+    if kind.index_shape in ("samples", "sampler"):
+        index_source = {"sampler": SampleShard(shard) if per_sample else shard, "batch_size": None}
     return dataloader.dataset, shard.kind.generator, {"data_seed": options.data_seed, **index_source}
-
-
-def _even_batches(options: ShardOptions, topology: Topology, per_sample: bool) -> EvenBatches:
-    if topology.num_processes == 1:
-        return False
-    return True if per_sample and options.even_batches == BALANCED else options.even_batches
 
 
 def _stream_shard_parts(
@@ -276,8 +245,9 @@ def _stream_shard_parts(
 
 
 def _draw_seed(options: ShardOptions, topology: Topology) -> int | None:
-    """The seed of a strided stream's draws (``data_seed``, else process 0's default seed): the same on every
-    process, so that a stream drawing from torch's generator yields the same elements everywhere."""
+    """The seed of a shuffle's or a strided stream's draws (``data_seed``, else process 0's default seed): the
+    same on every process, so that they draw alike. A loader over part of the group keeps ``data_seed`` (a
+    world-wide broadcast needs every rank here)."""
     if options.data_seed is not None or not is_distributed() or not topology.covers_world():
         return options.data_seed
     return int(broadcast_object(torch.initial_seed()))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -93,10 +92,16 @@ def _all_gather_rows(local: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def _all_gather_leaf(leaf: torch.Tensor) -> torch.Tensor:
-    """``[N * rows, ...]``: every process's ``leaf`` (equally shaped), as bytes if the backends need it."""
-    if leaf.dtype not in _NATIVE:
-        return _from_bytes(_all_gather_rows(_as_bytes(leaf), leaf.device), leaf)
-    return _all_gather_rows(leaf, leaf.device).view(-1, *leaf.shape[1:])
+    """``[N * rows, ...]``: every process's ``leaf`` (equally shaped), as bytes if the backends need it (gloo
+    gathers no bool or int16): viewed as ``uint8``, the last dimension (or a 1-D leaf's rows) holds the bytes,
+    and the rows gathered along dimension 0 view back as they were."""
+    if leaf.dtype in _NATIVE:
+        return _all_gather_rows(leaf, leaf.device).view(-1, *leaf.shape[1:])
+    gathered = _all_gather_rows(leaf.contiguous().view(torch.uint8), leaf.device).flatten(0, 1)
+    if not gathered.numel():
+        # NOTE: no bytes to view back (a dimension of size 0): only the shape is known.
+        return leaf.new_empty((len(gathered), *leaf.shape[1:]))
+    return gathered.view(leaf.dtype)
 
 
 def _gather_leaf(leaf: torch.Tensor, rows: torch.Tensor, sources: Sequence[int] | None) -> torch.Tensor:
@@ -139,20 +144,6 @@ def keep_rows(data: Any, rows: slice) -> Any:
     if isinstance(data, (list, tuple)):
         return data[rows]
     return data
-
-
-def _as_bytes(leaf: torch.Tensor) -> torch.Tensor:
-    """``leaf``'s rows as raw bytes, ``[rows, row bytes]``: gloo gathers no bool or int16, bytes it does."""
-    width = leaf.element_size() * math.prod(leaf.shape[1:])
-    return leaf.contiguous().view(torch.uint8).reshape(leaf.shape[0], width)
-
-
-def _from_bytes(gathered: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``[N, rows, row bytes]`` back to ``[N * rows, *like.shape[1:]]`` of ``like``'s dtype."""
-    total = gathered.shape[0] * gathered.shape[1]
-    if not gathered.shape[-1]:
-        return like.new_empty((total, *like.shape[1:]))
-    return gathered.reshape(total, gathered.shape[-1]).view(like.dtype).reshape(total, *like.shape[1:])
 
 
 def _shape_of(node: Node) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import pickle
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -135,15 +136,21 @@ class Channel:
         layout = self.last_layout
         assert layout is not None  # NOTE: the first slice always carries its layout.
         sequences = iter(pickle.loads(_bytes(self._recv(sequence_size))) if sequence_size else [])
-        small_tensors = iter(_unpack(small, tuple(meta for meta in layout.tensors if _is_small(*meta))))
-        tensors = iter(
-            [
-                next(small_tensors) if _is_small(*meta) else self._recv(meta[1], meta[0])
-                for meta in layout.tensors
-            ]
-        )
+        tensors = self._tensors(small, layout.tensors)
         leaves = [next(tensors) if kind == "tensor" else next(sequences) for kind in _leaf_kinds(layout.node)]
         return Status(status), unflatten(layout.node, leaves)
+
+    def _tensors(self, small: torch.Tensor, metas: tuple[TensorMeta, ...]) -> Iterator[torch.Tensor]:
+        """The slice's tensors in order: the small ones cut from ``small`` (the control message's packed bytes),
+        each large one received on its own as it comes, in the order ``send_batch`` sent them."""
+        offset = 0
+        for dtype, shape in metas:
+            if not _is_small(dtype, shape):
+                yield self._recv(shape, dtype)
+                continue
+            nbytes = _nbytes(dtype, shape)
+            yield small[offset : offset + nbytes].clone().view(dtype).reshape(shape)
+            offset += nbytes
 
 
 def _bytes(tensor: torch.Tensor) -> bytes:
@@ -180,12 +187,3 @@ def _pack(tensors: list[torch.Tensor]) -> torch.Tensor:
     device = tensors[0].device
     parts = [_as_bytes(t.detach().to(device).contiguous()) for t in tensors]
     return torch.cat(parts) if len(parts) > 1 else parts[0]
-
-
-def _unpack(data: torch.Tensor, metas: tuple[TensorMeta, ...]) -> list[torch.Tensor]:
-    tensors, offset = [], 0
-    for dtype, shape in metas:
-        nbytes = _nbytes(dtype, shape)
-        tensors.append(data[offset : offset + nbytes].clone().view(dtype).reshape(shape))
-        offset += nbytes
-    return tensors

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import re
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,6 @@ from lightning_shard import (
 )
 from lightning_shard.options import (
     StrategyOptions,
-    option_fields,
     option_names,
     option_table,
     strategy_default,
@@ -46,7 +46,7 @@ def _parameters(function: Any) -> dict[str, inspect.Parameter]:
 
 def test_prepare_data_loader_takes_every_loader_option() -> None:
     parameters = _parameters(prepare_data_loader)
-    for option in option_fields(ShardOptions):
+    for option in fields(ShardOptions):
         parameter = parameters[option.name]
         assert parameter.default == option.default, option.name
         assert parameter.annotation == option.type, option.name
@@ -54,7 +54,7 @@ def test_prepare_data_loader_takes_every_loader_option() -> None:
 
 def _check_loader_options(strategy: type) -> None:
     parameters = _parameters(strategy.__init__)
-    for option in option_fields(ShardOptions):
+    for option in fields(ShardOptions):
         parameter = parameters[option.name]
         assert parameter.default == strategy_default(option), option.name
         assert parameter.annotation == option.type, option.name
@@ -65,7 +65,7 @@ def _check_loader_options(strategy: type) -> None:
 def test_strategies_take_every_option(strategy: type) -> None:
     _check_loader_options(strategy)
     parameters = _parameters(strategy.__init__)
-    for option in option_fields(StrategyOptions):
+    for option in fields(StrategyOptions):
         parameter = parameters[option.name]
         assert (parameter.default, parameter.annotation) == (option.default, option.type), option.name
     built = strategy()
@@ -85,7 +85,7 @@ def test_the_options_page_renders_every_option_from_the_dataclasses() -> None:
     rendered = hook.render(source)
     assert option_table() in rendered and hook.MARKER not in rendered
     for cls in (ShardOptions, StrategyOptions):
-        for option in option_fields(cls):
+        for option in fields(cls):
             assert f"| `{option.name}`" in rendered and option.metadata["doc"], option.name
 
 
