@@ -74,8 +74,7 @@ from lightning_shard.comm.collectives import all_true  # noqa: E402
 from lightning_shard.comm.gather import gather_in_process_order, merge_parts  # noqa: E402
 from lightning_shard.comm.random_states import capture, own_part  # noqa: E402
 from lightning_shard.comm.tree import Node, flatten, is_tensor_tree, map_leaves  # noqa: E402
-from lightning_shard.loaders.data_kind import PAD, DataKind  # noqa: E402
-from lightning_shard.loaders.position import Position  # noqa: E402
+from lightning_shard.loaders.position import PAD, DataKind, Position  # noqa: E402
 from lightning_shard.loaders.stream_agreement import Agreement  # noqa: E402
 from lightning_shard.loaders.streams import StreamRun  # noqa: E402
 from lightning_shard.sampling.samplers import ScalableRandomSampler  # noqa: E402

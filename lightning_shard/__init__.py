@@ -17,9 +17,13 @@ from lightning_shard.lightning import (
     ShardPredictionWriter,
     ShardStrategy,
 )
-from lightning_shard.loaders.dispatcher import DataLoaderDispatcher, StatefulDataLoaderDispatcher
 from lightning_shard.loaders.resumable import WorkerCountWarning
-from lightning_shard.loaders.shard import DataLoaderShard, StatefulDataLoaderShard
+from lightning_shard.loaders.shard import (
+    DataLoaderDispatcher,
+    DataLoaderShard,
+    StatefulDataLoaderDispatcher,
+    StatefulDataLoaderShard,
+)
 from lightning_shard.loaders.state import LoaderState
 from lightning_shard.optim import ShardOptimizer, ShardScheduler
 from lightning_shard.options import ShardOptions

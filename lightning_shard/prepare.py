@@ -12,8 +12,12 @@ from torch.utils.data import BatchSampler, DataLoader
 from lightning_shard._checks import check_non_negative, check_split_batch_size
 from lightning_shard.comm.collectives import broadcast_object, is_distributed, world_size
 from lightning_shard.comm.topology import Topology, resolve_topology
-from lightning_shard.loaders.data_kind import SAME, SHORTEST, DataKind, LeftAsItIs, StreamEnds
-from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
+from lightning_shard.loaders.base import (
+    carry_user_attributes,
+    loader_settings,
+    user_loader_class,
+    with_user_class,
+)
 from lightning_shard.loaders.kinds import (
     classify,
     classify_iterable,
@@ -22,13 +26,8 @@ from lightning_shard.loaders.kinds import (
     user_batch_sampler,
     user_batch_size,
 )
-from lightning_shard.loaders.shard import DataLoaderShard
-from lightning_shard.loaders.user_class import (
-    carry_user_attributes,
-    loader_settings,
-    user_loader_class,
-    with_user_class,
-)
+from lightning_shard.loaders.position import SAME, SHORTEST, DataKind, LeftAsItIs, StreamEnds
+from lightning_shard.loaders.shard import DataLoaderDispatcher, DataLoaderShard
 from lightning_shard.options import ShardOptions
 from lightning_shard.sampling.balance import BALANCED, EvenBatches
 from lightning_shard.sampling.batch_shard import BatchSamplerShard
@@ -135,7 +134,7 @@ def prepare_with_options(
 def _prepare_graph(graph: Any, options: ShardOptions, topology: Topology) -> NodesGraph:
     """The torchdata.nodes graph ``graph``, checked: it is sharded as the ``DataLoader`` of its root's items
     (``root_loader``) would be, each step's items then made a batch by the graph rebuilt over them
-    (``loaders/nodes_source.py``): a ``DataLoaderShard``, never dispatched."""
+    (``loaders/source.py``): a ``DataLoaderShard``, never dispatched."""
     found = classify_iterable(
         graph, num_processes=topology.num_processes, process_index=topology.process_index
     )

@@ -51,8 +51,8 @@ from lightning_shard.lightning.stages import (
     stage_key,
 )
 from lightning_shard.lightning.torchrun import warn_about_store_sharing
-from lightning_shard.loaders.data_kind import LeftAsItIs
 from lightning_shard.loaders.kinds import classify_iterable, is_data_loader
+from lightning_shard.loaders.position import LeftAsItIs
 from lightning_shard.loaders.state import STATE_FORMAT
 from lightning_shard.loaders.streams import StreamReport
 from lightning_shard.log import info, warn

@@ -13,11 +13,10 @@ from torch.utils.data import DataLoader
 from lightning_shard.comm.collectives import all_gather_objects
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import record_batch_indices, unwrap_index_batch_sampler
-from lightning_shard.loaders.data_kind import OWN, SHORTEST, StreamEnds
-from lightning_shard.loaders.dispatcher import DataLoaderDispatcher
+from lightning_shard.loaders.base import loader_settings, rebuilt_as_user_class
 from lightning_shard.loaders.kinds import is_prepared
-from lightning_shard.loaders.shard import DataLoaderShard
-from lightning_shard.loaders.user_class import loader_settings, rebuilt_as_user_class
+from lightning_shard.loaders.position import OWN, SHORTEST, StreamEnds
+from lightning_shard.loaders.shard import DataLoaderDispatcher, DataLoaderShard
 from lightning_shard.options import ShardOptions
 from lightning_shard.prepare import prepare_with_options
 from lightning_shard.sampling.balance import BALANCED

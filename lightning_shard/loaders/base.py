@@ -1,26 +1,26 @@
 """``ResumableLoader``: the public face both loaders share, each method delegating to the loader's
-``Resumption`` (``loaders/resumable.py``) or its source of batches (``loaders/source.py``)."""
+``Resumption`` (``loaders/resumable.py``) or its source of batches (``loaders/source.py``); its ``StatefulDataLoader``
+variants; and how a user's ``DataLoader`` subclass survives preparation: the prepared loader is of our class and
+the user's, with the user's attributes, its ``__init__`` not run again (docs/DESIGN.md, "Real loader
+subclasses"), and what a loader keeps of the user's ``DataLoader`` settings (``loader_settings``)."""
 
 from __future__ import annotations
 
 import functools
 import inspect
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import torch
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from lightning_shard.loaders.cursor import EpochCursor, IndexObserver
-from lightning_shard.loaders.position import Position, ResumeHook, ShardingInfo, Standing
+from lightning_shard.comm.topology import Topology
+from lightning_shard.loaders.position import DataKind, Position, ResumeHook, ShardingInfo, Standing
 from lightning_shard.loaders.resumable import Resumption
+from lightning_shard.loaders.source import BatchSource, EpochCursor, IndexObserver, moving, piped
 from lightning_shard.loaders.state import LoaderState
 from lightning_shard.loaders.streams import StreamRun
-from lightning_shard.loaders.user_class import loader_settings
-
-if TYPE_CHECKING:
-    from lightning_shard.loaders.data_kind import DataKind
-    from lightning_shard.loaders.source import BatchSource
 
 
 class ResumableLoader(DataLoader):
@@ -32,6 +32,10 @@ class ResumableLoader(DataLoader):
     """Where its batches come from, one class per kind (``loaders/source.py``)."""
     resumption: Resumption
     """Its epochs and position, over ``source``."""
+    device: torch.device | None
+    non_blocking: bool
+    use_stateful_dataloader: bool
+    topology: Topology | None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Register a class that is also a ``StatefulDataLoader`` as the stateful variant of its first base
@@ -49,8 +53,12 @@ class ResumableLoader(DataLoader):
     # -- iteration --------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         """This process's batches of the epoch: the source's, from where the ``Resumption`` says the epoch
-        begins (a pending restore applied), each counted by it (the one writer of the position)."""
-        return self.resumption.run(self.source.batches(self.resumption.begin_epoch()))
+        begins (a pending restore applied), each counted by it (the one writer of the position); the batches of a
+        torchdata.nodes graph (the kind's ``pipeline``) made by it from the root items the source reads."""
+        batches = self.source.batches(self.resumption.begin_epoch())
+        if self.kind.pipeline is not None:
+            batches = piped(batches, self.kind.pipeline, moving(self))
+        return self.resumption.run(batches)
 
     def user_batches(self, workers: int | None = None) -> Iterator[Any]:
         """A new iterator over the user's batches of this epoch, as the ``DataLoader`` (and a user's subclass
@@ -178,7 +186,25 @@ class ResumableLoader(DataLoader):
         self.resumption.load_state_dict(state_dict)
 
     def fresh_copy(self) -> ResumableLoader:
-        """A loader with every setting and the epoch of this one, at the epoch's start (each class builds its own)."""
+        """A loader with every setting and the epoch of this one and a position of its own (at the epoch's start),
+        with the user's attributes: the dataset is shared, what holds a position copied (``_copied_arguments``)."""
+        dataset, arguments = self._copied_arguments()
+        twin = type(self)(
+            dataset,
+            device=self.device,
+            use_stateful_dataloader=self.use_stateful_dataloader,
+            non_blocking=self.non_blocking,
+            topology=self.topology,
+            kind=self.kind,
+            **arguments,
+        )
+        carry_user_attributes(twin, self, getattr(self, "user_attributes", ()))
+        twin.set_epoch(self.epoch)
+        return twin
+
+    def _copied_arguments(self) -> tuple[Any, dict[str, Any]]:
+        """The dataset and the class's own constructor arguments of a ``fresh_copy`` (each class copies its
+        index source, generators or shard)."""
         raise NotImplementedError
 
     def state_at(self, steps: int) -> LoaderState:
@@ -199,7 +225,11 @@ class ResumableLoader(DataLoader):
         state = resumption.state_at(resumption.snapshot(), steps)
         info, at = state.sharding, state.position
         return Standing(
-            at.epoch or 0, at.steps, at.base_steps, info.samples_in(state.consumed), info.samples_in(at.base)
+            at.epoch or 0,
+            at.steps,
+            at.steps_before_resume,
+            info.samples_in(state.consumed),
+            info.samples_in(at.read_before_resume),
         )
 
     @property
@@ -258,3 +288,77 @@ def _stateful_argument_index(cls: type) -> int | None:
     parameters = list(inspect.signature(init).parameters.values())[1:]  # NOTE: without `self`
     names = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     return names.index("use_stateful_dataloader") if "use_stateful_dataloader" in names else None
+
+
+_PLAIN = (DataLoader, StatefulDataLoader)
+"""Loader classes that carry no behaviour of the user's."""
+_NOT_CARRIED = "__pl_"
+"""Prefix of the construction arguments Lightning records on loaders; they describe the user's loader."""
+
+
+_TAKEN_OVER = (("litdata", "StreamingDataLoader"),)
+"""``(package, class)`` of library loaders whose iteration drives their own dataset's position and epoch
+(LitData's): our loader takes that over, so they are replaced as a plain ``DataLoader`` is."""
+
+
+def user_loader_class(dataloader: DataLoader) -> type | None:
+    """The user's own ``DataLoader`` subclass ``dataloader`` is an instance of, or ``None``."""
+    cls = type(dataloader)
+    taken_over = any((base.__module__.split(".")[0], base.__name__) in _TAKEN_OVER for base in cls.__mro__)
+    return None if cls in _PLAIN or taken_over else cls
+
+
+@functools.cache
+def with_user_class(base: type, user: type | None) -> type:
+    """``base`` (one of our loader classes) that is also an instance of the user's class ``user``."""
+    if user is None or issubclass(base, user):
+        return base
+    return type(f"{base.__name__}Of{user.__name__}", (base, user), {"__module__": base.__module__})
+
+
+def init_data_loader(loader: DataLoader, dataset: Any, **kwargs: Any) -> None:
+    """Run ``DataLoader.__init__`` (``StatefulDataLoader``'s for a stateful loader) on ``loader``; not
+    ``super().__init__``, which in a ``with_user_class`` class would run the user's with our arguments."""
+    base = StatefulDataLoader if isinstance(loader, StatefulDataLoader) else DataLoader
+    base.__init__(loader, dataset, **kwargs)
+
+
+def carry_user_attributes(
+    loader: DataLoader, source: DataLoader, names: tuple[str, ...] | None = None
+) -> None:
+    """Give ``loader`` the attributes ``source`` (the user's loader) has and a ``DataLoader`` has not (only
+    ``names``, if given), recording their names as ``user_attributes``."""
+    own = vars(loader)
+    carried = [
+        name
+        for name in (vars(source) if names is None else names)
+        if name not in own and not name.startswith(_NOT_CARRIED)
+    ]
+    for name in carried:
+        own[name] = vars(source)[name]
+    own["user_attributes"] = tuple(carried)
+
+
+def rebuilt_as_user_class(source: DataLoader, dataset: Any, **kwargs: Any) -> DataLoader:
+    """A loader of ``source``'s class over ``dataset`` and ``kwargs``, with ``source``'s attributes."""
+    cls = type(source)
+    if cls in _PLAIN:
+        return cls(dataset, **kwargs)
+    loader = cls.__new__(cls)
+    init_data_loader(loader, dataset, **kwargs)
+    carry_user_attributes(loader, source)
+    return loader
+
+
+_REBUILT_BY_US = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
+"""The ``DataLoader`` settings a prepared loader builds anew (the index source and the dataset)."""
+
+
+def loader_settings(dataloader: DataLoader) -> dict[str, Any]:
+    """The user's ``DataLoader`` settings we keep as they are (workers, collate, pinning, ...)."""
+    parameters = inspect.signature(DataLoader.__init__).parameters
+    return {
+        name: getattr(dataloader, name, parameter.default)
+        for name, parameter in parameters.items()
+        if name != "self" and name not in _REBUILT_BY_US and parameter.kind is parameter.POSITIONAL_OR_KEYWORD
+    }

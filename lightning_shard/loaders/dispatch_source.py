@@ -3,8 +3,9 @@ slice per process and sends the others theirs (docs/DESIGN.md, "Scatter dispatch
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Generator, Iterator, Sized
+from collections.abc import Callable, Iterator, Sized
 from typing import Any
 
 import torch
@@ -31,12 +32,9 @@ class DispatchSource(BatchSource):
         self.channels: dict[int, Channel] = {}
         self.by_index: bool = loader.kind.indexed
         """Whether the loader reads by index, through its ``EpochCursor`` (its kind says)."""
-
-    @property
-    def serves(self) -> bool:
+        topology = loader.topology
+        self.serves = topology.process_index == 0 if topology.rank_indices is None else dist.get_rank() == 0
         """Whether this process loads: process 0, or global rank 0 under a mesh that shares indices."""
-        topology = self.loader.topology
-        return topology.process_index == 0 if topology.rank_indices is None else dist.get_rank() == 0
 
     def batches(self, start: Position) -> Batches:
         return self._serve(start) if self.serves else self._receive()
@@ -53,7 +51,7 @@ class DispatchSource(BatchSource):
             return 0, [(peer, peer) for peer in range(1, size)]
         return indices[0], [(peer, index) for peer, index in enumerate(indices) if peer != 0]
 
-    def _serve(self, start: Position) -> Generator[tuple[Any, bool], None, None]:
+    def _serve(self, start: Position) -> Batches:
         """Process 0: build global batches, send each peer its slice, yield our own."""
         loader, last = self.loader, False
         own, peers = self._slice_of()
@@ -79,40 +77,40 @@ class DispatchSource(BatchSource):
             for channel in self.channels.values():
                 channel.flush()
 
-    def _receive(self) -> Generator[tuple[Any, bool], None, None]:
+    def _receive(self) -> Batches:
         """Other processes: receive slices from process 0 until it says the epoch is over."""
-        channel, loader = self._channel(0), self.loader
-        while True:
+        channel, loader, status = self._channel(0), self.loader, None
+        while status is not Status.LAST:
             status, batch = channel.receive()
             if status is Status.ERROR:
                 raise RuntimeError(f"Process 0 failed while loading the batch to dispatch: {batch}")
             if status is Status.STOP:
                 return
             yield send_to_device(batch, loader.device, loader.non_blocking), status is Status.LAST
-            if status is Status.LAST:
-                return
 
     def _global_slices(self, start: Position) -> Iterator[tuple[list[Any], bool]]:
         """Each global batch cut into ``N`` slices, and whether it is the epoch's last."""
         skipped = start.start * self.sharding().step_size
-        head = _Head(self, start, start.base + skipped)
-        first: list[Any] | None = None
+        head: list[Any] = []  # NOTE: the first batches a resumed epoch skipped, once read
+        first: list[Any] = []
         for current, last in marked_last(self._global_batches(start, skipped, head)):
             first = first or current
-            yield self._cut(current, last, head, first), last
+            yield self._cut(current, last, functools.partial(self._head_rows, head, first)), last
 
-    def _global_batches(self, start: Position, skipped: int, head: _Head) -> Iterator[list[Any]]:
-        """The batches of the user's loader that form each global batch (``N``, or 1 with ``split_batches``)."""
+    def _global_batches(self, start: Position, skipped: int, head: list[Any]) -> Iterator[list[Any]]:
+        """The batches of the user's loader that form each global batch (``N``, or 1 with ``split_batches``);
+        the first of those a resumed epoch skips go into ``head``."""
         loader = self.loader
         group = 1 if loader.split_batches else loader.num_processes
         if self.by_index:
             # NOTE: the steps already taken go in `start`, not `consumed`, so `len()` keeps counting the
-            # whole epoch (from `base`), as DataLoaderShard's does; Lightning adds its restored count to it.
-            head.read_by_index()
-            loader.cursor.rewind(skipped, start.base)
+            # whole epoch (from `read_before_resume`), as DataLoaderShard's does; Lightning adds its restored
+            # count to it.
+            head += self._head_by_index(start, start.read_before_resume + skipped)
+            loader.cursor.rewind(skipped, start.read_before_resume)
         source = loader.user_batches(start.workers)
         if not self.by_index:
-            head.batches = list(itertools.islice(source, start.base + skipped))[:group]
+            head += list(itertools.islice(source, start.read_before_resume + skipped))[:group]
         while True:
             batches = list(itertools.islice(source, group))
             if not batches or (len(batches) < group and self.drop_last):
@@ -124,10 +122,10 @@ class DispatchSource(BatchSource):
         """Whether the user's loader drops its incomplete last batch (its batch sampler's, read by index)."""
         return bool(self.loader.cursor.drop_last if self.by_index else self.loader.drop_last)
 
-    def _cut(self, batches: list[Any], last: bool, head: _Head, first: list[Any]) -> list[Any]:
-        """The ``N`` slices of a global batch: an incomplete last one is completed with the epoch's head; one
-        before it whose rows ``N`` does not divide (a bucketing sampler's short batch) is cut into parts
-        differing by at most one row, every row once."""
+    def _cut(self, batches: list[Any], last: bool, head: Callable[[], Any]) -> list[Any]:
+        """The ``N`` slices of a global batch: an incomplete last one is completed with the epoch's ``head()``
+        rows; one before it whose rows ``N`` does not divide (a bucketing sampler's short batch) is cut into
+        parts differing by at most one row, every row once."""
         loader, n = self.loader, self.loader.num_processes
         # NOTE: ``N`` batches of one layout are the slices of their concatenation: no need to join them.
         if loader.slice_fn is slice_batch and len(batches) == n > 1 and same_layout(batches):
@@ -137,7 +135,7 @@ class DispatchSource(BatchSource):
         if last and not self.drop_last and not loader.even_batches:
             return self._real_rows(batches, batch)
         if last and not self.drop_last and rows % n != 0:
-            batch, rows = self._padded(batch, head.rows(first)), (rows // n + 1) * n
+            batch, rows = self._padded(batch, head()), (rows // n + 1) * n
         elif 0 < rows < n:
             raise ValueError(
                 f"`dispatch_batches=True`: a global batch before the epoch's last has {rows} rows, fewer than "
@@ -154,7 +152,8 @@ class DispatchSource(BatchSource):
         """The last global batch's real rows as the shards of map-style data share them (``even_batches=False``):
         whole batches one a process, or the parts of a split one; ``None`` for a process left none."""
         loader, n, rows = self.loader, self.loader.num_processes, batch_length(batch)
-        if loader.split_batches and not self._plain():  # NOTE: a bucketing sampler's: as its shards cut it
+        # NOTE: a bucketing sampler's batches (not only the epoch's last may be short): as its shards cut them.
+        if loader.split_batches and self.by_index and not loader.cursor.kind.plain:
             bounds = [chunk(rows, n, r) for r in range(n)]
         elif loader.split_batches:
             width = self._width()
@@ -202,11 +201,6 @@ class DispatchSource(BatchSource):
         n = self.loader.num_processes
         return (self.sharding().batch_size or n) // n
 
-    def _plain(self) -> bool:
-        """Whether only the epoch's last batch may be short (a stream's, or a ``BatchSampler``'s batching)."""
-        cursor = self.loader.cursor  # NOTE: its batch sampler is a one-process `BatchSamplerShard`
-        return not self.by_index or cursor.kind.plain
-
     def _last_rows(self, base: int) -> int:
         """Rows of the epoch's last batch after ``base`` batches (0: a whole batch, or not known: a bucketing
         sampler's last batch is cut among every process, as its shards cut it)."""
@@ -246,29 +240,21 @@ class DispatchSource(BatchSource):
     def seeded(self) -> Any:
         return self.loader.cursor.kind.seeded if self.by_index else None
 
-
-class _Head:
-    """The epoch's first ``N`` rows, which complete an incomplete last global batch: the batches a resumed
-    epoch skipped (read again, or kept while a stream's are dropped), else this run's first global batch."""
-
-    def __init__(self, source: DispatchSource, start: Position, skipped: int) -> None:
-        self.source, self.start, self.skipped = source, start, skipped
-        self.batches: list[Any] = []
-
-    def read_by_index(self) -> None:
+    def _head_by_index(self, start: Position, skipped: int) -> list[Any]:
         """The epoch's first batches holding ``N`` rows, fetched by index through the user's loader (when the
-        epoch was resumed after some), the sampler's generator set back to the epoch's start meanwhile."""
-        source, loader = self.source, self.source.loader
-        if not self.skipped or loader.num_processes == 1 or source.drop_last:
-            return
-        generator, at_start = source.generator(), self.start.generator_state
+        epoch was resumed after ``skipped`` of them), the sampler's generator set back to the epoch's start
+        meanwhile."""
+        loader = self.loader
+        if not skipped or loader.num_processes == 1 or self.drop_last:
+            return []
+        generator, at_start = self.generator(), start.generator_state
         now = generator.get_state() if generator is not None else None
         if generator is not None and at_start is not None:
             generator.set_state(decode_generator_state(at_start))
+        batches, rows = [], 0
         try:
             loader.cursor.rewind(0, 0)
-            batches, rows = [], 0
-            for batch in itertools.islice(loader.user_batches(), self.skipped):
+            for batch in itertools.islice(loader.user_batches(), skipped):
                 batches.append(batch)
                 rows += batch_length(batch)
                 if rows >= loader.num_processes:
@@ -276,17 +262,17 @@ class _Head:
         finally:
             if generator is not None and now is not None:
                 generator.set_state(now)
-        self.batches = batches
+        return batches
 
-    def rows(self, first: list[Any]) -> Any:
-        """The first ``N`` rows, from the skipped batches, then ``first`` (this run's first global batch)."""
-        loader, n = self.source.loader, self.source.loader.num_processes
-        batches = self.batches
-        if sum(batch_length(batch) for batch in batches) < n:
-            batches = [*batches, *first]
-        enough = loader.slice_fn is slice_batch and batch_length(batches[0]) >= n
+    def _head_rows(self, head: list[Any], first: list[Any]) -> Any:
+        """The epoch's first ``N`` rows, from the batches a resumed epoch skipped (``head``), then ``first``
+        (this run's first global batch)."""
+        loader, n = self.loader, self.loader.num_processes
+        if sum(batch_length(batch) for batch in head) < n:
+            head = [*head, *first]
+        enough = loader.slice_fn is slice_batch and batch_length(head[0]) >= n
         return loader.slice_fn(
-            _joined(batches[:1] if enough else batches), slice(0, n), process_index=0, num_processes=n
+            _joined(head[:1] if enough else head), slice(0, n), process_index=0, num_processes=n
         )
 
 

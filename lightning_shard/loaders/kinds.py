@@ -9,7 +9,7 @@ from typing import Any, TypeGuard
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
 
 from lightning_shard.loaders.base import ResumableLoader
-from lightning_shard.loaders.data_kind import (
+from lightning_shard.loaders.position import (
     SHORTEST,
     DataKind,
     IndexShape,

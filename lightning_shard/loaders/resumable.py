@@ -52,7 +52,7 @@ class Resumption:
     def length(self) -> int:
         """Steps of the epoch in progress (or the next), counting those taken before a resume."""
         at = self.current()
-        return at.base_steps + self.source.length_after(at.base)
+        return at.steps_before_resume + self.source.length_after(at.read_before_resume)
 
     def skip(self, steps: int, epoch: int | None = None) -> None:
         """Skip ``steps`` steps of ``epoch`` (default: the epoch the next ``iter()`` covers) by index."""
@@ -90,7 +90,7 @@ class Resumption:
         if restore is not None:
             self._restore_randomness(restore)
             if restore.library is not None and self.source.library is not None:
-                self.source.library.restore(restore.library, epoch, restore.base)
+                self.source.library.restore(restore.library, epoch, restore.read_before_resume)
         start = replace(
             restore if restore is not None else Position(epoch),
             epoch=epoch,
@@ -100,7 +100,7 @@ class Resumption:
         )
         progress.begun, progress.steps = start, start.steps
         sharding = self.source.sharding()
-        self.remainder = sharding.remainder(before=sharding.samples_in(start.base))
+        self.remainder = sharding.remainder(before=sharding.samples_in(start.read_before_resume))
         return start
 
     def run(self, epoch: Generator[tuple[Any, bool], None, None]) -> Iterator[Any]:
@@ -138,24 +138,16 @@ class Resumption:
     def snapshot(self) -> Position:
         """Where the next batch comes from: a pending restore, the epoch in progress, or the next epoch (from
         the generator's state now, not the state the finished epoch started with)."""
-        pending, seed = self.pending, self.sampler_seed()
-        if pending is not None:
-            return replace(
-                pending,
-                epoch=self.epoch if pending.epoch is None else pending.epoch,
-                generator_state=pending.generator_state or encode_generator_state(self.source.generator()),
-                sampler_seed=seed if pending.sampler_seed is None else pending.sampler_seed,
-            )
-        if self.progress.in_epoch:
-            return replace(self.progress.position(), sampler_seed=seed)
-        return self._fresh(self.epoch)
+        return self._drawn(self.current())
 
-    def _fresh(self, epoch: int) -> Position:
-        """The start of ``epoch``, drawn from the generator as it is now."""
-        return Position(
-            epoch,
-            generator_state=encode_generator_state(self.source.generator()),
-            sampler_seed=self.sampler_seed(),
+    def _drawn(self, at: Position) -> Position:
+        """``at`` with the loader's epoch, the generator's state now and the order's seed where it has none."""
+        seed = self.sampler_seed()
+        return replace(
+            at,
+            epoch=self.epoch if at.epoch is None else at.epoch,
+            generator_state=at.generator_state or encode_generator_state(self.source.generator()),
+            sampler_seed=seed if at.sampler_seed is None else at.sampler_seed,
         )
 
     # -- state ------------------------------------------------------------------------------------
@@ -169,7 +161,7 @@ class Resumption:
             epoch = consumed.next_epoch
             if epoch is None:
                 epoch = self.epoch + 1 if self.progress.in_epoch else self.epoch
-            return self.state_at(self._fresh(epoch), 0).to_dict()
+            return self.state_at(self._drawn(Position(epoch)), 0).to_dict()
         if consumed is not None:
             steps = consumed.steps
         return self.state_at(self.snapshot(), steps).to_dict()
@@ -178,13 +170,14 @@ class Resumption:
         """The state of ``position`` once ``steps`` of its epoch are consumed (default: its own steps)."""
         info = self.source.sharding()
         steps = position.steps if steps is None else steps
-        if steps < position.base_steps:
+        if steps < position.steps_before_resume:
             raise ValueError(
-                f"`steps={steps}` is below the {position.base_steps} steps this epoch took before it was "
+                f"`steps={steps}` is below the {position.steps_before_resume} steps this epoch took before it was "
                 "resumed on this number of processes. Pass the steps consumed in the whole epoch."
             )
         workers = self.source.workers() if position.workers is None else position.workers
-        epoch, consumed = position.epoch or 0, position.base + (steps - position.base_steps) * info.step_size
+        epoch = position.epoch or 0
+        consumed = position.read_before_resume + (steps - position.steps_before_resume) * info.step_size
         stream, library = self.source.stream, self.source.library
         return LoaderState(
             info,
@@ -204,13 +197,12 @@ class Resumption:
         handed = self._library_continues(saved)
         # NOTE: another number of processes continues after everything consumed, its steps counted as taken;
         # so does a library that continues the epoch itself (the loader then skips nothing).
-        base, base_steps = (saved.consumed, at.steps) if resharded or handed else (at.base, at.base_steps)
+        if resharded or handed:
+            at = replace(at, read_before_resume=saved.consumed, steps_before_resume=at.steps)
         # NOTE: a library that continues the epoch itself deals what is left to any number of workers.
         workers = None if handed else _stream_epoch_workers(saved, info, self.source.workers())
         library = saved.library if handed else None
-        self.pending = replace(
-            at, base=base, base_steps=base_steps, workers=workers, ended_at=ends, library=library
-        )
+        self.pending = replace(at, workers=workers, ended_at=ends, library=library)
         self.progress.epoch = at.epoch or 0
         if resharded and self.resume_hook is not None:
             self.resume_hook.resharded()

@@ -1,5 +1,7 @@
-"""``DataLoaderShard``: the per-process loader, a real ``DataLoader`` subclass reading from the source its kind
-of data has (docs/DESIGN.md, "Real loader subclasses", "Kinds of data")."""
+"""The two loaders, real ``DataLoader`` subclasses reading from the source their kind of data has (docs/DESIGN.md,
+"Real loader subclasses", "Kinds of data"): ``DataLoaderShard``, the per-process loader, and
+``DataLoaderDispatcher``, where process 0 loads and every other process receives only its slice ("Scatter
+dispatch", ``loaders/dispatch_source.py``)."""
 
 from __future__ import annotations
 
@@ -15,19 +17,25 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from lightning_shard._checks import check_non_negative
 from lightning_shard.comm.collectives import is_distributed
 from lightning_shard.comm.rng import normalize_rng_types
-from lightning_shard.comm.topology import Topology
-from lightning_shard.loaders.base import ResumableLoader
-from lightning_shard.loaders.cursor import EpochCursor
-from lightning_shard.loaders.data_kind import DataKind, StreamEnds
+from lightning_shard.comm.topology import Topology, resolve_topology
+from lightning_shard.comm.tree import slice_batch
+from lightning_shard.loaders.base import (
+    ResumableLoader,
+    init_data_loader,
+    loader_settings,
+)
+from lightning_shard.loaders.dispatch_source import DispatchSource
 from lightning_shard.loaders.kinds import classify
-from lightning_shard.loaders.map_source import MapSource, PlainSource
-from lightning_shard.loaders.nodes_source import NodesSource
+from lightning_shard.loaders.position import DataKind, StreamEnds
 from lightning_shard.loaders.resumable import Resumption
-from lightning_shard.loaders.share_source import ShareSource
-from lightning_shard.loaders.source import BatchSource, ShardSource
+from lightning_shard.loaders.source import (
+    EpochCursor,
+    MapSource,
+    PlainSource,
+    ShardSource,
+)
 from lightning_shard.loaders.streams import StreamRun
-from lightning_shard.loaders.strided_source import StridedSource
-from lightning_shard.loaders.user_class import carry_user_attributes, init_data_loader, loader_settings
+from lightning_shard.loaders.strided_source import ShareSource, StridedSource
 from lightning_shard.sampling.stream_fingerprint import CollateFingerprinted
 
 
@@ -92,13 +100,12 @@ class DataLoaderShard(ResumableLoader):
         self.use_stateful_dataloader = use_stateful_dataloader
         self.topology = topology
         self.draw_seed = data_seed if data_seed is not None else torch.initial_seed()
-        """The seed of the main-process fetches' draws when the loader has no generator (``loaders/main_draws.py``)."""
+        """The seed of the main-process fetches' draws when the loader has no generator (``loaders/stream_agreement.py``)."""
         self.source = _source(self)
         self.resumption = Resumption(self.source, skip_batches=skip_batches)
 
-    def fresh_copy(self) -> DataLoaderShard:
-        """A loader with every setting and the epoch of this one and a position of its own (at the epoch's
-        start): the dataset is shared, the index source (and generators) or iterable shard copied."""
+    def _copied_arguments(self) -> tuple[Any, dict[str, Any]]:
+        """The index source (and generators) or iterable shard copied, the user's dataset shared."""
         user = getattr(self.dataset, "dataset", self.dataset) if self.kind.stream else self.dataset
         shared = {id(user): user}
         kwargs = dict(loader_settings(self))
@@ -111,22 +118,13 @@ class DataLoaderShard(ResumableLoader):
             kwargs.update(batch_size=self.batch_size, drop_last=self.drop_last)
         # NOTE: one memo for everything copied: a generator shared by the sampler, the loader (worker seeds)
         # and `synchronized_generator` stays one generator in the copy.
-        kwargs["generator"] = copy.deepcopy(self.generator, shared)
-        twin = type(self)(
-            dataset,
-            device=self.device,
-            rng_types=list(self.rng_types),
+        kwargs.update(
+            generator=copy.deepcopy(self.generator, shared),
             synchronized_generator=copy.deepcopy(self.synchronized_generator, shared),
-            use_stateful_dataloader=self.use_stateful_dataloader,
-            non_blocking=self.non_blocking,
-            topology=self.topology,
+            rng_types=list(self.rng_types),
             data_seed=self.draw_seed,
-            kind=self.kind,
-            **kwargs,
         )
-        carry_user_attributes(twin, self, getattr(self, "user_attributes", ()))
-        twin.set_epoch(self.epoch)
-        return twin
+        return dataset, kwargs
 
 
 class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
@@ -134,15 +132,117 @@ class StatefulDataLoaderShard(DataLoaderShard, StatefulDataLoader):
     its state is the shard state (torchdata's own counts the batch this loader reads ahead, so it is not offered)."""
 
 
-def _source(loader: DataLoaderShard) -> BatchSource:
-    """The loader's source of batches, by its kind; a torchdata.nodes graph's batches are made by it from the
-    root items its kind's source reads."""
-    source = _items_source(loader)
-    pipeline = loader.kind.pipeline
-    return source if pipeline is None else NodesSource(source, pipeline)
+class DataLoaderDispatcher(ResumableLoader):
+    """Iterates the user's loader on process 0 only and sends each process its part of each batch.
+
+    Without ``split_batches``, ``N`` consecutive batches form a global batch; with it, each batch is
+    one. Process ``r`` gets rows ``[r * k, (r + 1) * k)`` of the global batch (``k = rows // N``); an
+    incomplete last global batch is completed with the first ``N`` rows of the epoch unless
+    ``drop_last``. When process 0's data ends, every process stops at the same step. Under a mesh whose
+    ranks share data-parallel indices (``topology.rank_indices``), global rank 0 loads and every other
+    rank receives the slice of its index (docs/DESIGN.md, "What the mesh decides").
+
+    Args:
+        dataset: the user's dataset (iterated on process 0 only).
+        device: where each slice is put (``None``: left where it is).
+        split_batches: split each batch instead of joining ``N`` batches.
+        skip_batches: steps to skip at the start of the first iteration.
+        use_stateful_dataloader: back this loader by torchdata's ``StatefulDataLoader``: ``True`` makes
+            the constructor return ``StatefulDataLoaderDispatcher`` (``stateful_loader_class(cls)``).
+        slice_fn: ``slice_fn(batch, slice, process_index=, num_processes=)``; default cuts every tensor
+            and sequence along dimension 0.
+        non_blocking: asynchronous host-to-device copies.
+        num_processes: defaults to the running process group's size.
+        process_index: defaults to the running process group's rank.
+        topology: the data-parallel topology (``prepare_data_loader`` passes it); when given, it is used
+            instead of ``num_processes`` / ``process_index``.
+        kind: what kind of data it holds (``prepare_data_loader`` passes what it decided; ``None``: decided
+            from ``dataset``).
+        even_batches: complete an incomplete last global batch with the epoch's first rows (the reference
+            does); ``False``: its real rows only, shared as map-style shards share them (a process may get a
+            short batch or none).
+        **kwargs: any other ``DataLoader`` argument (a ``batch_sampler`` for map-style data).
+
+    Raises:
+        ValueError: if several processes are asked for without a running process group.
+    """
+
+    topology: Topology
+
+    def __init__(
+        self,
+        dataset: Any,
+        device: torch.device | str | None = None,
+        split_batches: bool = False,
+        skip_batches: int = 0,
+        use_stateful_dataloader: bool = False,
+        slice_fn: Any = None,
+        non_blocking: bool = False,
+        *,
+        num_processes: int | None = None,
+        process_index: int | None = None,
+        topology: Topology | None = None,
+        kind: DataKind | None = None,
+        even_batches: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        skip_batches = check_non_negative("skip_batches", skip_batches)
+        topology = topology if topology is not None else resolve_topology(num_processes, process_index)
+        if topology.num_processes > 1 and not is_distributed():
+            raise ValueError(
+                f"`dispatch_batches=True` with `num_processes={topology.num_processes}` needs a running "
+                "torch.distributed process group to send batches over. Call `torch.distributed.init_process_group` "
+                "first (Lightning's strategy does), or use `dispatch_batches=False`."
+            )
+        self.kind = kind if kind is not None else classify(dataset, dispatch=True, built=kwargs)
+        if self.kind.indexed:
+            self._cursor = kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
+        init_data_loader(self, dataset, **kwargs)
+        self.device = None if device is None else torch.device(device)
+        self.split_batches = split_batches
+        self.slice_fn = slice_fn or slice_batch
+        self.non_blocking = non_blocking
+        self.use_stateful_dataloader = use_stateful_dataloader
+        self.topology = topology
+        self.even_batches = even_batches
+        self.source: DispatchSource = DispatchSource(self)
+        self.resumption = Resumption(self.source, skip_batches=skip_batches)
+
+    @property
+    def num_processes(self) -> int:
+        return self.topology.num_processes
+
+    @property
+    def process_index(self) -> int:
+        return self.topology.process_index
+
+    @property
+    def bytes_received(self) -> int:
+        """Bytes this process received from process 0 so far (0 on process 0)."""
+        source = self.source
+        return 0 if source.serves else sum(channel.bytes_moved for channel in source.channels.values())
+
+    def _copied_arguments(self) -> tuple[Any, dict[str, Any]]:
+        """The batch sampler (and its sampler and generator) copied, the dataset shared."""
+        kwargs = loader_settings(self)
+        kwargs.pop("generator", None)
+        if self.kind.indexed:
+            index = cast(EpochCursor, self.cursor).batch_sampler
+            kwargs["batch_sampler"] = copy.deepcopy(index, {id(self.dataset): self.dataset})
+        else:
+            kwargs.update(batch_size=self.batch_size, drop_last=self.drop_last)
+        kwargs.update(
+            split_batches=self.split_batches, slice_fn=self.slice_fn, even_batches=self.even_batches
+        )
+        return self.dataset, kwargs
 
 
-def _items_source(loader: DataLoaderShard) -> ShardSource:
+class StatefulDataLoaderDispatcher(DataLoaderDispatcher, StatefulDataLoader):
+    """``DataLoaderDispatcher`` backed by torchdata's ``StatefulDataLoader``; its state is the shard state."""
+
+
+def _source(loader: DataLoaderShard) -> ShardSource:
+    """The loader's source of batches (of a torchdata.nodes graph's root items), by its kind."""
     kind, dataset = loader.kind, cast(Any, loader.dataset)  # NOTE: a stream's shard, as its kind says
     if kind.indexed:  # NOTE: `_with_cursor` put the cursor where the kind says
         return MapSource(loader, cast(EpochCursor, loader.cursor))

@@ -1,18 +1,33 @@
 """Where a loader's batches come from: one ``BatchSource`` per kind of data, each yielding an epoch's batches
-from an immutable start as ``(batch, is_last)`` (docs/DESIGN.md, "Kinds of data", "No singleton")."""
+from an immutable start as ``(batch, is_last)`` (docs/DESIGN.md, "Kinds of data", "No singleton"). Here the
+contract, map-style data's source (``MapSource``: batches of indices from an ``EpochCursor``, a resume being
+index arithmetic, "Global state") and an unsharded iterable's (``PlainSource``), and what makes a torchdata.nodes
+graph's batches of the root items one of them reads (``piped``, "torchdata.nodes"); a stream's sources are in
+``loaders/strided_source.py``."""
 
 from __future__ import annotations
 
+import collections
 import functools
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sized
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.utils.data import DataLoader
 
 from lightning_shard.comm.rng import synchronize_rng_states
-from lightning_shard.comm.tree import batch_length, send_to_device
+from lightning_shard.comm.tree import send_to_device
 from lightning_shard.loaders.position import Position, ShardingInfo
+from lightning_shard.loaders.stream_agreement import (
+    epoch_seed,
+    fetch_seed,
+    fetches_may_draw,
+    isolated_fetches,
+)
+from lightning_shard.sampling.nodes_feed import Feed
+from lightning_shard.sampling.samplers import BatchSamplerWrapper, forward_epoch, pass_epoch
+from lightning_shard.sampling.torchdata_nodes import NodesGraph
 
 if TYPE_CHECKING:
     from lightning_shard.loaders.streams import StreamRun
@@ -41,7 +56,7 @@ class BatchSource(ABC):
 
     @abstractmethod
     def length_after(self, base: int) -> int:
-        """This process's batches in an epoch once ``base`` units of it were consumed before it began."""
+        """This process's batches in an epoch once ``base`` (in the sharding's ``read_unit``) were read before it began."""
 
     @abstractmethod
     def sharding(self) -> ShardingInfo:
@@ -74,38 +89,11 @@ class ShardSource(BatchSource):
     def synchronize(self) -> None:
         synchronize_rng_states(self.loader.rng_types, self.loader.synchronized_generator)
 
-
-class StreamSource(ShardSource):
-    """What the sources of a stream share: this process's ``shard`` of it, its end agreement and, for one that
-    splits itself, its kind's ``library``."""
-
-    stream: StreamRun
-
-    def __init__(self, loader: Any, shard: Any, stream: StreamRun) -> None:
-        super().__init__(loader)
-        self.shard = shard
-        self.stream = stream
-        self.library = loader.kind.library
-
-    def set_epoch(self, epoch: int) -> None:
-        self.shard.set_epoch(epoch)
-
-    def stream_sharding(self, drop_last: bool) -> ShardingInfo:
-        """The sharding of ``shard``, recorded under its kind's name, with its dataset's length but for a dataset
-        that splits itself: that one reports its own share's length (LitData), which differs by rank, and the
-        state must be the same on every process."""
-        shard = self.shard
-        length = getattr(shard.dataset, "__len__", None) if self.loader.kind.library is None else None
-        return ShardingInfo(
-            mode="shard",
-            num_processes=shard.num_processes,
-            split_batches=shard.split_batches,
-            even_batches=self.stream.even_batches,
-            drop_last=drop_last,
-            batch_size=shard.batch_size,
-            dataset_length=int(length()) if callable(length) else None,
-            sampler=self.loader.kind.state_name,
-        )
+    def length_after(self, base: int) -> int:
+        """The ``DataLoader``'s own length, whatever was read before: where the loader resumes no position (a
+        plain iterable), or reads a share of a stream (the shares differ in length, so the loader has none:
+        ``NativeStreamShard`` has no ``__len__``)."""
+        return DataLoader.__len__(self.loader)
 
 
 def marked_last(batches: Iterator[Any], move: Callable[[Any], Any] | None = None) -> Batches:
@@ -130,15 +118,169 @@ def moving(loader: Any) -> Callable[[Any], Any] | None:
     return functools.partial(send_to_device, device=loader.device, non_blocking=loader.non_blocking)
 
 
-def rows_of(loader: Any) -> Callable[[Any], int]:
-    """How many samples a batch of ``loader`` holds (one a step with ``batch_size=None``, unless the dataset
-    yields batches itself; a torchdata.nodes graph's source reads lists of its root's items)."""
-    if loader.kind.pipeline is not None:
-        return len
-    library = loader.kind.library
-    batched = library is not None and library.yields_batches
-    return batch_length if loader.batch_size is not None or batched else _one
+IndexObserver = Callable[[Iterator[Any]], Iterator[Any]]
+"""Wraps one iteration's batches of indices, yielding them on (``ShardAuditCallback``'s ``IndexTap``)."""
 
 
-def _one(batch: Any) -> int:
-    return 1
+class EpochCursor(BatchSamplerWrapper):
+    """Wraps a (sharded) batch sampler; the next iteration (only) starts at this process's batch ``start``
+    after ``consumed`` batches of the user's batch sampler (an elastic restore), both set by ``rewind`` just
+    before the loader creates its iterator and taken by that iteration, so no skipped sample is loaded (a
+    sampler that is not a ``SeekableBatchSampler`` is walked, indices only) and the iterations after it,
+    and ``len()``, are whole epochs again."""
+
+    def __init__(self, batch_sampler: Any) -> None:
+        super().__init__(batch_sampler)
+        self.start = 0
+        self.consumed = 0
+        self.observer: IndexObserver | None = None
+        """Wraps each iteration's batches of indices when set (``ShardAuditCallback`` records them)."""
+
+    def rewind(self, start: int = 0, consumed: int = 0) -> None:
+        """Make the next iteration start at ``start`` after ``consumed`` (both 0: the epoch's start)."""
+        self.start, self.consumed = start, consumed
+
+    def __iter__(self) -> Iterator[Any]:
+        batches = self._batches()
+        return batches if self.observer is None else self.observer(batches)
+
+    def _batches(self) -> Iterator[Any]:
+        # NOTE: taken at the first batch, not at `iter()`: a DataLoader with workers calls `iter()` twice on its
+        # first iteration and uses the second.
+        start, consumed, self.start, self.consumed = self.start, self.consumed, 0, 0
+        yield from self.batches_from(start, consumed)
+
+    def length_after(self, consumed: int) -> int:
+        """This process's batches in an epoch once ``consumed`` batches of the user's sampler are gone."""
+        if self.seekable:
+            return int(self.batch_sampler.length_after(consumed))
+        return max(len(self.batch_sampler) - consumed, 0)
+
+    def __len__(self) -> int:
+        return self.length_after(self.consumed)
+
+
+class MapSource(ShardSource):
+    """Map-style data read by index through ``cursor`` (a ``BatchSamplerShard`` inside it), from where a start
+    sets it; the main process's fetches draw apart from the model's (``loaders/stream_agreement.py``)."""
+
+    def __init__(self, loader: Any, cursor: EpochCursor) -> None:
+        super().__init__(loader)
+        self.cursor = cursor
+
+    def batches(self, start: Position) -> Batches:
+        loader = self.loader
+        seed, epoch = epoch_seed(start.generator_state, loader.draw_seed), start.epoch or 0
+        process = loader.topology.process_index if loader.topology is not None else 0
+        loaded = isolated_fetches(
+            functools.partial(self._read, start),
+            lambda step: fetch_seed(seed, epoch, process, step),
+            start.start,
+            each_fetch=loader.num_workers == 0 and fetches_may_draw(loader.dataset, loader.collate_fn),
+        )
+        return marked_last(loaded, moving(loader))
+
+    def _read(self, start: Position) -> Iterator[Any]:
+        """The user's batches from ``start``: the cursor is set where the ``DataLoader``'s iterator, created
+        right after, takes its indices from."""
+        self.cursor.rewind(start.start, start.read_before_resume)
+        return self.loader.user_batches()
+
+    def length_after(self, base: int) -> int:
+        return self.cursor.length_after(base)
+
+    def sharding(self) -> ShardingInfo:
+        shard, dataset, kind = self.cursor.batch_sampler, self.loader.dataset, self.cursor.kind
+        return ShardingInfo(
+            mode="shard",
+            num_processes=getattr(shard, "num_processes", 1),
+            split_batches=bool(getattr(shard, "split_batches", False)),
+            even_batches=getattr(shard, "even_batches", True),
+            drop_last=kind.drop_last,
+            batch_size=kind.batch_size,
+            dataset_length=len(dataset) if isinstance(dataset, Sized) else None,
+            sampler=kind.name,
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        self.cursor.set_epoch(epoch)
+
+    def generator(self) -> torch.Generator | None:
+        synchronized = self.loader.synchronized_generator
+        return synchronized if synchronized is not None else self.cursor.kind.generator
+
+    def seeded(self) -> Any:
+        return self.cursor.kind.seeded
+
+
+class PlainSource(ShardSource):
+    """An iterable dataset the loader does not shard (a ``DataLoaderShard`` built directly over one): read as
+    the ``DataLoader`` reads it, without a position to resume."""
+
+    def batches(self, start: Position) -> Batches:
+        if start.start or start.read_before_resume:
+            raise ValueError(
+                "This loader's dataset is iterable but not an `IterableDatasetShard`, so it cannot skip "
+                f"{start.start + start.read_before_resume} batches. Build the loader with `prepare_data_loader`."
+            )
+        return marked_last(self.loader.user_batches(), moving(self.loader))
+
+    def sharding(self) -> ShardingInfo:
+        return ShardingInfo(
+            "shard", 1, False, True, bool(self.loader.drop_last), self.loader.batch_size, None, "none"
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        if not pass_epoch(self.loader.dataset, epoch):
+            forward_epoch(self.loader.batch_sampler, epoch)
+
+
+AHEAD = 1
+"""Steps handed to the graph before the one whose batch is awaited, so its workers go on across steps."""
+
+
+def piped(steps: Batches, graph: NodesGraph, move: Callable[[Any], Any] | None = None) -> Batches:
+    """Each of ``steps`` (a step's root items, with whether it is the last) made a batch by ``graph`` rebuilt
+    over a ``Feed``, ``move``d if given. Where an epoch stands, what is saved and how a resume skips are the
+    source's that reads the steps: the graph only maps, so what it prefetched is never what a state records
+    (the steps the loop consumed are).
+
+    NOTE: every step is read here, in the loader's thread, and handed over: what reads the steps (a sampler's
+    draws, a stream's collectives) must never run in the graph's threads, whose timing differs by process.
+    """
+    feed = Feed()
+    root = graph.build(feed)
+    lasts: collections.deque[bool] = collections.deque()
+    pending: Iterator[tuple[Any, bool]] = iter(steps)
+
+    def hand_over() -> bool:
+        step = next(pending, None)
+        if step is None:
+            feed.close()
+            return False
+        feed.put(list(step[0]))
+        lasts.append(step[1])
+        return True
+
+    try:
+        more = True
+        for _ in range(AHEAD + 1):
+            more = more and hand_over()
+        while lasts:
+            batch = _next_batch(root, graph, len(lasts))
+            last = lasts.popleft()
+            more = more and hand_over()
+            yield (batch if move is None else move(batch)), last
+    finally:
+        feed.close()
+
+
+def _next_batch(root: Any, graph: NodesGraph, waiting: int) -> Any:
+    try:
+        return next(root)
+    except StopIteration:
+        raise RuntimeError(
+            f"The torchdata.nodes graph `{graph.describe()}` ended with {waiting} steps of its root's items still "
+            "handed to it: one of its nodes yields fewer batches than it is given steps. Report this with the "
+            "graph: lightning_shard rebuilds only nodes that yield one batch per step."
+        ) from None

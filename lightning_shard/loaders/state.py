@@ -17,8 +17,8 @@ STATE_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 """Version 1 (lightning_shard 0.1) lacks the optional keys (``_OPTIONAL``); they then take their defaults."""
 
-_POSITION_RENAMED = {"workers": "num_workers"}
-"""``Position`` fields saved under another key."""
+_POSITION_RENAMED = dict(workers="num_workers", read_before_resume="base", steps_before_resume="base_steps")
+"""``Position`` fields saved under another key (the keys the released states have)."""
 _POSITION_UNSAVED = ("ended_at", "library")
 """``Position`` fields the state holds otherwise: each process's stream end, in a released state's ``streams``;
 a library's own state, in the state's ``library``."""
@@ -35,10 +35,11 @@ class LoaderState:
 
     Attributes:
         sharding: the sharding options and the kind of index source.
-        position: the epoch, its steps, ``base`` / ``base_steps``, the generator state and seed, the workers.
-        consumed: ``base`` plus what the processes consumed together since: ``(steps - base_steps) * N``
-            batches without ``split_batches``, ``steps - base_steps`` with it (times the global batch size
-            for samples).
+        position: the epoch, its steps, ``read_before_resume`` / ``steps_before_resume`` (saved as ``base`` /
+            ``base_steps``), the generator state and seed, the workers.
+        consumed: ``read_before_resume`` plus what the processes consumed together since, in the sharding's
+            ``read_unit``: ``(steps - steps_before_resume) * N`` batches without ``split_batches``,
+            ``steps - steps_before_resume`` with it (times the batch size for a stream's elements).
         world_size: processes in the job (more than ``num_processes`` when tensor-parallel peers share
             batches); ``None`` without a process group.
         streams: for a stream each process reads its own share of, ``[]``: each process finds where
@@ -136,7 +137,7 @@ def check_resumable(state: Any, here: ShardingInfo, library: SelfSplit | None = 
         if library is not None and not there.shares:
             raise ValueError(_NOW_RECOGNISED.format(saved=there.sampler, reason=library.reason))
         raise ValueError(_OTHER_STREAM_SHARDING.format(saved=there.sampler, here=here.sampler))
-    if resharded and there.streamed and not there.shares and at.base and at.workers:
+    if resharded and there.streamed and not there.shares and at.read_before_resume and at.workers:
         raise ValueError(_SECOND_REPLAY.format(epoch=at.epoch, workers=at.workers, n=there.num_processes))
     return saved
 
@@ -216,9 +217,14 @@ def _other_shares(saved: int, now: int, library: SelfSplit | None) -> str:
     )
 
 
-_COUNTS = ("epoch", "steps", "base", "consumed", "base_steps", "num_workers")
+_COUNTS = ("epoch", "steps", "base", "consumed", "base_steps", "num_workers", "batch_size", "dataset_length")
 _FLAGS = ("split_batches", "drop_last")
-_OPTIONAL_COUNTS = ("batch_size", "dataset_length")
+_NULLABLE = {
+    "batch_size",
+    "dataset_length",
+    *(name for name, default in _OPTIONAL.items() if default is None),
+}
+"""The keys whose value may be ``None``: a size not known, and the optional keys that default to it."""
 
 
 def _check_values(values: dict[str, Any]) -> None:
@@ -238,15 +244,12 @@ def _refuse(name: str, value: Any) -> None:
 
 
 def _valid(name: str, value: Any) -> bool:
-    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if value is None:
+        return name in _NULLABLE
     if name in _COUNTS:
-        return is_int and value >= 0
-    if name == "num_processes":
-        return is_int and value >= 1
-    if name == "world_size":
-        return value is None or (is_int and value >= 1)
-    if name in _OPTIONAL_COUNTS:
-        return value is None or (is_int and value >= 0)
+        return _is_int(value, least=0)
+    if name in ("num_processes", "world_size"):
+        return _is_int(value, least=1)
     if name == "even_batches":
         return isinstance(value, bool) or value == "balanced"
     if name in _FLAGS:
@@ -254,19 +257,23 @@ def _valid(name: str, value: Any) -> bool:
     if name == "mode":
         return value in get_args(Mode)
     if name == "sampler_seed":
-        return value is None or is_int
+        return _is_int(value)
     if name == "streams":
-        return value is None or (isinstance(value, list) and all(_valid_stream(entry) for entry in value))
+        return isinstance(value, list) and all(_valid_stream(entry) for entry in value)
     if name == "library":
-        return value is None or isinstance(value, dict)
-    return value is None or isinstance(value, str)
+        return isinstance(value, dict)
+    return isinstance(value, str)
 
 
 def _valid_stream(entry: Any) -> bool:
     if not isinstance(entry, dict) or set(entry) != {"ended_at"}:
         return False
-    end = entry["ended_at"]
-    return end is None or (isinstance(end, int) and not isinstance(end, bool) and end >= 0)
+    return entry["ended_at"] is None or _is_int(entry["ended_at"], least=0)
+
+
+def _is_int(value: Any, least: int | None = None) -> bool:
+    """Whether ``value`` is an ``int`` (not a ``bool``), of at least ``least`` if given."""
+    return isinstance(value, int) and not isinstance(value, bool) and (least is None or value >= least)
 
 
 def _describe(value: Any) -> str:

@@ -1,18 +1,23 @@
-"""How a stream's processes learn that their shares ended (``Agreement``, ``Share``), and whether a strided
-stream's read the same stream (``SameStreamCheck``; docs/DESIGN.md, "Streaming data", "Streams that split
-themselves")."""
+"""What the processes reading alike must agree on: how a stream's processes learn that their shares ended
+(``Agreement``, ``Share``), and whether a strided stream's read the same stream (``SameStreamCheck``;
+docs/DESIGN.md, "Streaming data", "Streams that split themselves"); and the random draws of the main process's
+fetches, kept apart from the model's: each fetch runs with torch's CPU generator seeded from ``(epoch seed,
+epoch, process, step)`` and restored after (``isolated_fetches``; "Random states on resume")."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.utils.data import TensorDataset, default_collate, default_convert
 
 from lightning_shard.comm.collectives import all_gather_objects, communication_device
 from lightning_shard.comm.tree import map_leaves
+from lightning_shard.sampling.permutation import splitmix64
 from lightning_shard.sampling.stream_fingerprint import DIGEST_BITS, Fingerprint, Fingerprinted
 
 END = object()
@@ -41,12 +46,11 @@ class SameStreamCheck:
     Without ``in_order`` (batches may arrive in another order on each process) the digests are summed and
     compared once, at the fetch where every process's stream ended."""
 
-    def __init__(
-        self, dataset: Any, num_processes: int, process_index: int, *, pin: bool, in_order: bool
-    ) -> None:
-        self.name = type(dataset).__name__
-        self.num_processes = num_processes
-        self.process_index = process_index
+    def __init__(self, shard: Any, *, pin: bool, in_order: bool) -> None:
+        """``shard``: this process's ``IterableDatasetShard`` of the stream."""
+        self.name = type(shard.dataset).__name__
+        self.num_processes = shard.num_processes
+        self.process_index = shard.process_index
         self.pin = pin and torch.cuda.is_available()
         self.in_order = in_order
         self.seen: Fingerprint | None = None
@@ -203,3 +207,64 @@ class Agreement:
         before the first is yielded)."""
         self._early = self.settle()
         return self._early
+
+
+_MASK = (1 << 63) - 1
+_DRAW_FREE_DATASETS = (TensorDataset, range, list, tuple, torch.Tensor)
+"""Dataset types whose ``__getitem__`` draws nothing."""
+_DRAW_FREE_COLLATES = (default_collate, default_convert)
+
+
+def fetches_may_draw(dataset: object, collate_fn: object) -> bool:
+    """Whether fetching from ``dataset`` and collating with ``collate_fn`` may draw random numbers (torch's own
+    draw nothing, so a loader of only those skips the few microseconds of keeping each fetch apart)."""
+    return not (isinstance(dataset, _DRAW_FREE_DATASETS) and collate_fn in _DRAW_FREE_COLLATES)
+
+
+def epoch_seed(generator_state: str | None, fallback: int) -> int:
+    """The seed of an epoch's fetch draws: a hash of the loader's generator state at the epoch's start (saved
+    with the position, and agreed wherever the processes' orders are), else ``fallback``."""
+    if generator_state is None:
+        return fallback & _MASK
+    digest = hashlib.blake2b(generator_state.encode("ascii"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & _MASK
+
+
+def fetch_seed(seed: int, epoch: int, process_index: int, step: int) -> int:
+    """A seed for fetch ``step`` of ``epoch`` on ``process_index``: distinct inputs, unrelated seeds."""
+    value = seed & _MASK
+    for part in (epoch, process_index, step):
+        value = splitmix64(value ^ (part + 0x9E3779B97F4A7C15)) & _MASK
+    return value
+
+
+def isolated_fetches(
+    make: Callable[[], Iterator[Any]],
+    key: Callable[[int], int],
+    start: int,
+    each_fetch: bool,
+    when: Callable[[int], bool] | None = None,
+) -> Iterator[Any]:
+    """Iterate ``make()``: creating it, and each fetch if ``each_fetch`` (those of the steps ``when`` picks, if
+    given), with torch's CPU generator seeded with ``key(step)`` (steps counted from ``start``) and the caller's
+    state restored after."""
+    source = _seeded(make, key(-1))
+    if not each_fetch:
+        yield from source
+        return
+    for step in itertools.count(start):
+        try:
+            batch = _seeded(source.__next__, key(step)) if when is None or when(step) else next(source)
+        except StopIteration:
+            return
+        yield batch
+
+
+def _seeded(call: Callable[[], Any], seed: int) -> Any:
+    """``call()`` with torch's CPU generator seeded with ``seed``, the caller's state restored after."""
+    outer = torch.get_rng_state()
+    torch.default_generator.manual_seed(seed)
+    try:
+        return call()
+    finally:
+        torch.set_rng_state(outer)

@@ -1,19 +1,27 @@
 """Streams: one end agreement (two integers all-reduced per fetch, one batch ahead), four ways to end (the
-``stream_ends`` policies, ``loaders/data_kind.py``; docs/DESIGN.md, "Streaming data", "No hangs", "Scale")."""
+``stream_ends`` policies, ``loaders/position.py``; docs/DESIGN.md, "Streaming data", "No hangs", "Scale")."""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 import torch
 import torch.distributed as dist
 
 from lightning_shard.comm.collectives import all_gather_objects, communication_device, is_distributed
-from lightning_shard.loaders.data_kind import OWN, PAD, SAME, SHORTEST, DataKind, StreamEnds, stream_ends_for
-from lightning_shard.loaders.position import Position
+from lightning_shard.loaders.position import (
+    OWN,
+    PAD,
+    SAME,
+    SHORTEST,
+    DataKind,
+    Position,
+    StreamEnds,
+    stream_ends_for,
+)
 from lightning_shard.loaders.stream_agreement import END, Agreement, SameStreamCheck, Share, all_ended
 from lightning_shard.log import warn
 
@@ -74,7 +82,8 @@ class StreamRun:
                 f"`stream_ends` must be one of {allowed} for this stream, got {kind.stream_ends!r}. Leave it "
                 "`None`: the stream's kind then decides (`stream_ends_for`)."
             )
-        self.kind = kind
+        self.stream_ends = cast(StreamEnds, kind.stream_ends)  # NOTE: one of `allowed`
+        """The kind's ``stream_ends`` policy."""
         self.num_processes = num_processes
         self.process_index = process_index
         self.spans_group = spans_group
@@ -83,13 +92,6 @@ class StreamRun:
         """The last finished epoch's report (``None`` under ``"same"``: nothing to report)."""
         self.exchanged = 0
         """Bytes this process all-reduced in the current (or last) epoch's agreement (checks, then the report)."""
-
-    @property
-    def stream_ends(self) -> StreamEnds:
-        """The kind's ``stream_ends`` policy."""
-        ends = self.kind.stream_ends
-        assert ends is not None  # NOTE: checked when built
-        return ends
 
     @property
     def uneven(self) -> bool:
@@ -133,27 +135,26 @@ class StreamRun:
         ``move`` is applied before the next fetch. A share of its own resumed mid-epoch drops what it had
         consumed, continuing in its padding where it had ended (``Share``). ``check``: a strided stream's
         digests ride on the agreement, the first two batches' compared before the first is yielded."""
-        skip = start.start if self.resumable else 0
+        skip, before = start.start if self.resumable else 0, start.steps_before_resume
         recorded = None if start.ended_at is None or not skip else start.ended_at[self.process_index]
-        share = Share(first, restart, skip, None if recorded is None else recorded - start.base_steps)
+        share = Share(first, restart, skip, None if recorded is None else recorded - before)
         epoch, steps = start.epoch or 0, start.steps
         self._paddings.clear()
         self.exchanged = 0
         same = self.stream_ends == SAME
         agreement = Agreement(digests=check is not None) if self._agrees() else None
-        base = start.base_steps
         counts = [0, 0]  # real and padding samples this process yielded in this run
         step = steps
         current, digest = _unwrapped(share.fetch(), check)
         if agreement is not None:
-            self._check(agreement, share, base, digest)
+            self._check(agreement, share, before, digest)
         while True:
             if agreement is not None:
                 # NOTE: the check of this batch started when it was fetched, one step ago.
                 sums = agreement.settle()
                 if check is not None:
                     check.verify(sums, step)
-                if self._stops(sums, step, current is END, _end(share, base) == 0):
+                if self._stops(sums, step, current is END, _end(share, before) == 0):
                     break
                 if current is END:
                     current = share.padding()
@@ -167,7 +168,7 @@ class StreamRun:
                 current = move(current)
             following, digest = _unwrapped(share.fetch(), check)
             if agreement is not None:
-                self._check(agreement, share, base, digest)
+                self._check(agreement, share, before, digest)
                 if check is not None and step == steps:
                     check.verify(agreement.settle_early(), step + 1)
             step += 1
@@ -187,12 +188,12 @@ class StreamRun:
         if not same:
             agreed = agreement is not None
             left = self._left(share, current, rows) if agreed and self.stream_ends == SHORTEST else None
-            self.report = self._report(agreed, counts, _end(share, base), left, epoch, step - steps)
+            self.report = self._report(agreed, counts, _end(share, before), left, epoch, step - steps)
 
-    def _check(self, agreement: Agreement, share: Share, base_steps: int, digest: int) -> None:
+    def _check(self, agreement: Agreement, share: Share, steps_before: int, digest: int) -> None:
         """Start the check of the batch just fetched: whether this share ended, whether it is empty, and the
         batch's digest (``SameStreamCheck``)."""
-        agreement.start(share.exhausted, _end(share, base_steps) == 0, digest)
+        agreement.start(share.exhausted, _end(share, steps_before) == 0, digest)
         self.exchanged = agreement.sent
 
     def _agrees(self) -> bool:
@@ -266,9 +267,9 @@ def _unwrapped(batch: Any, check: SameStreamCheck | None) -> tuple[Any, int]:
     return (batch, 0) if check is None else check.unwrap(batch)
 
 
-def _end(share: Share, base_steps: int) -> int | None:
+def _end(share: Share, steps_before: int) -> int | None:
     """The epoch step at which ``share``'s real pass ended (``None``: not yet)."""
-    return None if share.end is None else base_steps + share.end
+    return None if share.end is None else steps_before + share.end
 
 
 def _empty_shares(empty_here: bool, process_index: int) -> list[int]:

@@ -1,8 +1,10 @@
-"""The source of a strided stream: every process reads the whole stream and keeps its slice of each global
-batch (``IterableDatasetShard``; docs/DESIGN.md, "Streaming data", "Streams that split themselves"). The rest
-of an epoch read by ``DataLoader`` workers and continued on another number of processes is replayed as it
-was read (its workers, its global batch), not skipped inside each worker, which would skip each worker's
-first elements rather than the epoch's ("Elastic resume")."""
+"""The sources of a stream (docs/DESIGN.md, "Streaming data", "Streams that split themselves"): a stream each
+process reads its own share of, natively sharded (``shard(N, r)``) or split by rank by the dataset itself
+(``ShareSource``); and a strided one, which every process reads whole, keeping its slice of each global batch
+(``IterableDatasetShard``, ``StridedSource``). The rest of a strided epoch read by ``DataLoader`` workers and
+continued on another number of processes is replayed as it was read (its workers, its global batch), not
+skipped inside each worker, which would skip each worker's first elements rather than the epoch's ("Elastic
+resume")."""
 
 from __future__ import annotations
 
@@ -15,14 +17,84 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from lightning_shard.loaders.data_kind import SHORTEST
-from lightning_shard.loaders.main_draws import epoch_seed, fetch_seed, isolated_fetches
-from lightning_shard.loaders.position import Position, ShardingInfo
-from lightning_shard.loaders.source import Batches, StreamSource, moving, rows_of
-from lightning_shard.loaders.stream_agreement import SameStreamCheck
-from lightning_shard.loaders.user_class import loader_settings
+from lightning_shard.comm.tree import batch_length
+from lightning_shard.loaders.position import SHORTEST, Position, ShardingInfo
+from lightning_shard.loaders.source import Batches, ShardSource, moving
+from lightning_shard.loaders.stream_agreement import SameStreamCheck, epoch_seed, fetch_seed, isolated_fetches
+from lightning_shard.loaders.streams import StreamRun
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
+from lightning_shard.sampling.native_stream import NativeStreamShard
 from lightning_shard.sampling.stream_fingerprint import checked_step
+
+
+class StreamSource(ShardSource):
+    """What the sources of a stream share: this process's ``shard`` of it, its end agreement and, for one that
+    splits itself, its kind's ``library``."""
+
+    stream: StreamRun
+
+    def __init__(self, loader: Any, shard: Any, stream: StreamRun) -> None:
+        super().__init__(loader)
+        self.shard = shard
+        self.stream = stream
+        self.library = loader.kind.library
+
+    def set_epoch(self, epoch: int) -> None:
+        self.shard.set_epoch(epoch)
+
+    def stream_sharding(self, drop_last: bool) -> ShardingInfo:
+        """The sharding of ``shard``, recorded under its kind's name, with its dataset's length but for a dataset
+        that splits itself: that one reports its own share's length (LitData), which differs by rank, and the
+        state must be the same on every process."""
+        shard = self.shard
+        length = getattr(shard.dataset, "__len__", None) if self.library is None else None
+        return ShardingInfo(
+            mode="shard",
+            num_processes=shard.num_processes,
+            split_batches=shard.split_batches,
+            even_batches=self.stream.even_batches,
+            drop_last=drop_last,
+            batch_size=shard.batch_size,
+            dataset_length=int(length()) if callable(length) else None,
+            sampler=self.loader.kind.state_name,
+        )
+
+
+def rows_of(loader: Any) -> Callable[[Any], int]:
+    """How many samples a batch of ``loader`` holds (one a step with ``batch_size=None``, unless the dataset
+    yields batches itself; a torchdata.nodes graph's source reads lists of its root's items)."""
+    if loader.kind.pipeline is not None:
+        return len
+    library = loader.kind.library
+    batched = library is not None and library.yields_batches
+    return batch_length if loader.batch_size is not None or batched else _one
+
+
+def _one(batch: Any) -> int:
+    return 1
+
+
+class ShareSource(StreamSource):
+    """``shard``, this process's share: the processes agree on when their shares end (``StreamRun``); a
+    start mid-epoch reads again and drops the batches the process consumed of its share (continuing in its
+    padding where its share had ended), unless the library continues the position itself (its ``SelfSplit``
+    was handed the state: the start then skips nothing)."""
+
+    shard: NativeStreamShard
+
+    def batches(self, start: Position) -> Batches:
+        loader = self.loader
+        rows = rows_of(loader)
+        read = functools.partial(self._read, start.workers)
+        return self.stream.batches(read(), read, rows, start, moving(loader))
+
+    def _read(self, workers: int | None) -> Iterator[Any]:
+        """A pass over the share (the library told first, in this process: ``SelfSplit.before_pass``)."""
+        self.shard.before_pass()
+        return self.loader.user_batches(workers)
+
+    def sharding(self) -> ShardingInfo:
+        return self.stream_sharding(bool(self.loader.drop_last))
 
 
 class StridedSource(StreamSource):
@@ -36,17 +108,10 @@ class StridedSource(StreamSource):
         loader, shard = self.loader, self.shard
         workers = loader.num_workers if start.workers is None else start.workers
         discard = 0
-        if start.base and workers > 0:
+        if start.read_before_resume and workers > 0:
             # NOTE: another number of processes read part of this epoch with workers: replay the epoch's
             # order (`loaders/strided_source.py`); skipping inside each worker would skip the wrong elements.
-            loaded = replayed_batches(
-                shard,
-                consumed=start.base,
-                steps=start.base_steps,
-                workers=workers,
-                start=start.start,
-                loader=loader,
-            )
+            loaded = self._replayed(start, workers)
         else:
             # NOTE: each worker iterates its own copy of the stream, so with workers the batches to skip are
             # dropped after the DataLoader interleaves them: exact, at the cost of collating them.
@@ -57,13 +122,7 @@ class StridedSource(StreamSource):
         check = None
         if shard.fingerprinted:
             in_order = getattr(loader, "in_order", True) or workers == 0
-            check = SameStreamCheck(
-                shard.dataset,
-                shard.num_processes,
-                shard.process_index,
-                pin=loader.pin_memory,
-                in_order=in_order,
-            )
+            check = SameStreamCheck(shard, pin=loader.pin_memory, in_order=in_order)
         rows = rows_of(loader)
         batches = itertools.islice(loaded, discard, None) if discard else loaded
         restart = functools.partial(loader.user_batches, start.workers)
@@ -72,7 +131,7 @@ class StridedSource(StreamSource):
     def _draws_alike(self, make: Callable[[], Iterator[Any]], start: Position, workers: int) -> Iterator[Any]:
         """``make()``, drawing alike on every process where they compare what they read: the iterator made and
         (without workers) each compared fetch with torch's generator seeded from ``(seed, epoch, step)``, so the
-        workers' seeds and the compared batches' draws are the same everywhere (``loaders/main_draws.py``)."""
+        workers' seeds and the compared batches' draws are the same everywhere (``loaders/stream_agreement.py``)."""
         if not self.shard.fingerprinted:
             return make()
         seed, epoch = epoch_seed(start.generator_state, self.loader.draw_seed), start.epoch or 0
@@ -82,7 +141,7 @@ class StridedSource(StreamSource):
     def _read(self, start: Position, skip_steps: int) -> Iterator[Any]:
         """The user's batches from ``start``, the shard skipping ``skip_steps`` global batches after the elements
         another sharding consumed (taken when the ``DataLoader``'s iterator, created right after, iterates it)."""
-        self.shard.resume(skip_steps=skip_steps, skip_elements=start.base)
+        self.shard.resume(skip_steps=skip_steps, skip_elements=start.read_before_resume)
         return self.loader.user_batches(start.workers)
 
     def length_after(self, base: int) -> int:
@@ -101,6 +160,40 @@ class StridedSource(StreamSource):
     def generator(self) -> torch.Generator | None:
         return self.loader.synchronized_generator
 
+    def _replayed(self, start: Position, workers: int) -> Iterator[Any]:
+        """This process's batches of the rest of an epoch that ``workers`` workers read for ``start``'s
+        ``steps_before_resume`` steps (its ``read_before_resume`` elements), of which this shard (this topology)
+        already took ``start.start`` steps."""
+        shard, loader, steps = self.shard, self.loader, start.steps_before_resume
+        shard.seed_dataset_generator()
+        order = ReplayedOrder(
+            shard.dataset,
+            steps,
+            batch_size=start.read_before_resume // steps,
+            drop_last=shard.drop_last,
+            num_workers=workers,
+            **{name: getattr(loader, name) for name in _WORKER_SETTINGS},
+        )
+        rest = IterableDatasetShard(
+            order,
+            batch_size=shard.batch_size,
+            drop_last=shard.drop_last,
+            num_processes=shard.num_processes,
+            process_index=shard.process_index,
+            split_batches=shard.split_batches,
+            even_batches=shard.even_batches,
+        )
+        rest.resume(skip_steps=start.start)
+        return iter(
+            DataLoader(
+                rest,
+                batch_size=loader.batch_size,
+                drop_last=loader.drop_last,
+                collate_fn=loader.collate_fn,
+                pin_memory=loader.pin_memory,
+            )
+        )
+
 
 _WORKER_SETTINGS = ("worker_init_fn", "multiprocessing_context", "prefetch_factor", "timeout")
 """The user's ``DataLoader`` settings that decide how the workers read; everything else is ours."""
@@ -116,52 +209,6 @@ class ReplayedOrder(IterableDataset):
         self.settings = settings
 
     def __iter__(self) -> Iterator[Any]:
-        groups = DataLoader(self.dataset, collate_fn=_elements, **self.settings)
+        groups = DataLoader(self.dataset, collate_fn=list, **self.settings)
         for group in itertools.islice(groups, self.skip_groups, None):
             yield from group
-
-
-def _elements(batch: list[Any]) -> list[Any]:
-    return batch
-
-
-def replayed_batches(
-    shard: IterableDatasetShard,
-    *,
-    consumed: int,
-    steps: int,
-    workers: int,
-    start: int,
-    loader: DataLoader,
-) -> Iterator[Any]:
-    """This process's batches of the rest of an epoch that ``workers`` workers read for ``steps`` steps
-    (``consumed`` elements), of which this ``shard`` (this topology) already took ``start`` steps."""
-    shard.seed_dataset_generator()
-    settings = loader_settings(loader)
-    order = ReplayedOrder(
-        shard.dataset,
-        steps,
-        batch_size=consumed // steps,
-        drop_last=shard.drop_last,
-        num_workers=workers,
-        **{name: settings[name] for name in _WORKER_SETTINGS if name in settings},
-    )
-    rest = IterableDatasetShard(
-        order,
-        batch_size=shard.batch_size,
-        drop_last=shard.drop_last,
-        num_processes=shard.num_processes,
-        process_index=shard.process_index,
-        split_batches=shard.split_batches,
-        even_batches=shard.even_batches,
-    )
-    rest.resume(skip_steps=start)
-    return iter(
-        DataLoader(
-            rest,
-            batch_size=loader.batch_size,
-            drop_last=loader.drop_last,
-            collate_fn=loader.collate_fn,
-            pin_memory=loader.pin_memory,
-        )
-    )

@@ -198,12 +198,12 @@ _LIBRARY_MODULES = {
 _NOT_YET = {
     "lightning/left_as_is.py": "an iterable left as it is: what Lightning's own loops will ask of it",
     "loaders/shard.py": "the user's dataset inside a stream's shard, kept shared by `fresh_copy`",
-    "loaders/map_source.py": "a DataLoaderShard built directly over a bare batch sampler: its sharding read from it",
-    "loaders/user_class.py": "rebuilding the user's loader class: whether it is torchdata's stateful one",
+    "loaders/source.py": "a DataLoaderShard built directly over a bare batch sampler: its sharding read from it",
+    "loaders/base.py": "rebuilding the user's loader class: whether it is torchdata's stateful one",
     "sampling/native_stream.py": "a natively sharded share's length, if the user's dataset has one",
     "sampling/iterable_shard.py": "the user's dataset's generator, the reference's convention",
     "loaders/dispatch_source.py": "the user's dataset's generator, the reference's convention",
-    "loaders/source.py": "a stream's dataset length, if it has one",
+    "loaders/strided_source.py": "a stream's dataset length, if it has one",
 }
 """Modules still probing a part of the data after the classifier (issue 42, left): each with what it asks."""
 
@@ -270,7 +270,6 @@ def test_only_the_classifiers_decide_a_kind() -> None:
     callers = {
         "prepare.py": {"classify(...)", "classify_iterable(...)"},
         "loaders/shard.py": {"classify(...)"},
-        "loaders/dispatcher.py": {"classify(...)"},
         "lightning/sharding.py": {"classify_iterable(...)"},
         "sampling/own_sampler.py": {"sampler_kind(...)"},
         "sampling/batch_shard.py": {"sampler_kind(...)"},

@@ -31,8 +31,8 @@ from torchdata.nodes import (  # noqa: E402
 )
 
 from lightning_shard import prepare_data_loader
-from lightning_shard.loaders.data_kind import LeftAsItIs
 from lightning_shard.loaders.kinds import classify_iterable
+from lightning_shard.loaders.position import LeftAsItIs
 from lightning_shard.sampling.torchdata_nodes import NodesGraph
 
 N_IDS = 40

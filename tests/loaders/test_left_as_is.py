@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from lightning_shard.comm.digest import batch_digest, same_on_every_process
 from lightning_shard.lightning.left_as_is import StatefulFirstBatchChecked, checked
-from lightning_shard.loaders.data_kind import LeftAsItIs
+from lightning_shard.loaders.position import LeftAsItIs
 from tests.helpers.dist import run_distributed
 
 pytestmark = pytest.mark.dist

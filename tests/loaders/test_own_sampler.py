@@ -15,7 +15,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, WeightedRandomSa
 
 from lightning_shard import prepare_data_loader
 from lightning_shard.comm.random_states import GATHERED, capture, own_part, own_state, restore
-from lightning_shard.loaders.main_draws import fetch_seed
+from lightning_shard.loaders.stream_agreement import fetch_seed
 from tests.helpers.samplers import Buckets, Evens, GlobalPermutation, MaxTokens
 
 

@@ -427,7 +427,7 @@ def test_a_version_1_state_loads_and_is_the_pending_position() -> None:
     assert loader.pending_position is None
     loader.load_state_dict(version_1)
     pending = loader.pending_position
-    assert pending is not None and (pending.epoch, pending.steps, pending.base) == (0, 1, 0)
+    assert pending is not None and (pending.epoch, pending.steps, pending.read_before_resume) == (0, 1, 0)
     assert take(loader) == take(resumed(case, 2, 0, version_2))
     assert loader.pending_position is None
 

@@ -21,7 +21,7 @@ from accelerate.data_loader import IterableDatasetShard as ReferenceShard
 from torch.utils.data import DataLoader
 
 from lightning_shard import WorkerCountWarning, prepare_data_loader
-from lightning_shard.loaders.data_kind import PAD, SAME, DataKind
+from lightning_shard.loaders.position import PAD, SAME, DataKind
 from lightning_shard.loaders.streams import StreamRun
 from tests.helpers.datasets import IdShardsStream, IdStream, RankSplitIdStream, id_shards
 from tests.helpers.dist import progress, run_distributed
