@@ -42,19 +42,16 @@ class FirstBatchChecked:
         yield from batches
 
     def __len__(self) -> int:
-        length = getattr(self.iterable, "__len__", None)
-        if length is None:
-            # NOTE: `sized_len` (Lightning's) reads a `TypeError` as "no length".
-            raise TypeError(f"`{self.found.name}` has no length")
-        return int(length())
+        # NOTE: `sized_len` (Lightning's) reads the `TypeError` of an iterable without one as "no length".
+        return len(self.iterable)
 
-    @property
-    def sampler(self) -> Any:
-        return getattr(self.iterable, "sampler", None)
-
-    @property
-    def batch_sampler(self) -> Any:
-        return getattr(self.iterable, "batch_sampler", None)
+    def __getattr__(self, name: str) -> Any:
+        """The iterable's own attributes (``sampler`` / ``batch_sampler``, which Lightning sets the epoch on)."""
+        if (
+            name.startswith("__") or name == "iterable"
+        ):  # NOTE: not while unpickling, before `iterable` is set
+            raise AttributeError(name)
+        return getattr(self.iterable, name)
 
 
 class StatefulFirstBatchChecked(FirstBatchChecked):
@@ -69,10 +66,9 @@ class StatefulFirstBatchChecked(FirstBatchChecked):
 
 def checked(iterable: Any, found: LeftAsItIs, num_processes: int) -> FirstBatchChecked:
     """``iterable`` wrapped so its processes compare their first batches (saved as its own state if it has one)."""
-    stateful = callable(getattr(iterable, "state_dict", None)) and callable(
-        getattr(iterable, "load_state_dict", None)
+    return (StatefulFirstBatchChecked if found.stateful else FirstBatchChecked)(
+        iterable, found, num_processes
     )
-    return (StatefulFirstBatchChecked if stateful else FirstBatchChecked)(iterable, found, num_processes)
 
 
 def _same_everywhere(name: str, batch: Any, num_processes: int) -> str:

@@ -319,8 +319,8 @@ def with_user_class(base: type, user: type | None) -> type:
 def init_data_loader(loader: DataLoader, dataset: Any, **kwargs: Any) -> None:
     """Run ``DataLoader.__init__`` (``StatefulDataLoader``'s for a stateful loader) on ``loader``; not
     ``super().__init__``, which in a ``with_user_class`` class would run the user's with our arguments."""
-    base = StatefulDataLoader if isinstance(loader, StatefulDataLoader) else DataLoader
-    base.__init__(loader, dataset, **kwargs)
+    plain: Any = next(cls for cls in type(loader).__mro__ if cls in _PLAIN)  # NOTE: the stateful one first
+    plain.__init__(loader, dataset, **kwargs)
 
 
 def carry_user_attributes(

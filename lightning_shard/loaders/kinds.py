@@ -114,7 +114,12 @@ def classify_iterable(
             name, "it declares `splits_by_rank = False`: every process reads all of it", checked=False
         )
     if not is_node_graph(iterable):
-        return LeftAsItIs(name, "not a `DataLoader` nor a recognised pipeline", checked=True)
+        stateful = callable(getattr(iterable, "state_dict", None)) and callable(
+            getattr(iterable, "load_state_dict", None)
+        )
+        return LeftAsItIs(
+            name, "not a `DataLoader` nor a recognised pipeline", checked=True, stateful=stateful
+        )
     graph = read_graph(iterable)
     if graph.root_kind != "weighted":
         return graph

@@ -83,6 +83,12 @@ class DataKind:
         return self.source != "map"
 
     @property
+    def sharded_stream(self) -> bool:
+        """Whether the loader's dataset is this process's part of the user's stream (a stride or a share), which
+        holds the user's dataset as its ``dataset``."""
+        return self.source in ("strided", "shares")
+
+    @property
     def indexed(self) -> bool:
         """Whether the loader reads its batches by index, through an ``EpochCursor`` (map-style data with an
         index source): a start is then index arithmetic, not batches read and dropped."""
@@ -91,7 +97,7 @@ class DataKind:
     def describe(self) -> str | None:
         """How a stream each process reads is split, why, and what its processes do at uneven ends, for the
         plan line (``None``: map-style data, a dispatched stream or one left unsharded)."""
-        if self.dispatch or self.source not in ("strided", "shares"):
+        if self.dispatch or not self.sharded_stream:
             return None
         why = f" ({self.reason})" if self.reason else ""
         if self.source == "strided":
@@ -112,11 +118,13 @@ class LeftAsItIs:
         name: its type's name.
         reason: why it is left (the plan line: "left as it is: `Batches` (reason)").
         checked: whether its processes compare a digest of their first batch (a declaration turns it off).
+        stateful: whether it has ``state_dict`` / ``load_state_dict`` (Lightning then saves its state).
     """
 
     name: str
     reason: str
     checked: bool
+    stateful: bool = False
 
     def describe(self) -> str:
         """For the plan line: "`Batches` (why)"."""

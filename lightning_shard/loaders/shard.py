@@ -106,7 +106,8 @@ class DataLoaderShard(ResumableLoader):
 
     def _copied_arguments(self) -> tuple[Any, dict[str, Any]]:
         """The index source (and generators) or iterable shard copied, the user's dataset shared."""
-        user = getattr(self.dataset, "dataset", self.dataset) if self.kind.stream else self.dataset
+        part: Any = self.dataset  # NOTE: a stream's part holds the user's dataset
+        user = part.dataset if self.kind.sharded_stream else part
         shared = {id(user): user}
         kwargs = dict(loader_settings(self))
         if self.kind.indexed:

@@ -12,12 +12,11 @@ import torch.distributed as dist
 
 from lightning_shard.comm.digest import batch_digest, same_on_every_process
 from lightning_shard.lightning.left_as_is import StatefulFirstBatchChecked, checked
+from lightning_shard.loaders.kinds import classify_iterable
 from lightning_shard.loaders.position import LeftAsItIs
 from tests.helpers.dist import run_distributed
 
 pytestmark = pytest.mark.dist
-
-FOUND = LeftAsItIs("Batches", "not a `DataLoader` nor a recognised pipeline", checked=True)
 
 
 def test_the_digest_tells_contents_apart_and_only_contents() -> None:
@@ -60,16 +59,18 @@ class _Batches:
 
 def _scenarios(rank: int, world_size: int) -> dict[str, Any]:
     results: dict[str, Any] = {}
+    found = classify_iterable(_Batches(by_rank=False), num_processes=world_size, process_index=rank)
+    assert isinstance(found, LeftAsItIs) and found.checked and found.stateful
     try:
-        list(checked(_Batches(by_rank=False), FOUND, world_size))
+        list(checked(_Batches(by_rank=False), found, world_size))
     except ValueError as error:
         results["same"] = str(error)
-    split = checked(_Batches(by_rank=True), FOUND, world_size)
+    split = checked(_Batches(by_rank=True), found, world_size)
     results["split"] = [batch.tolist() for batch in split]
     results["len"] = len(split)
     results["stateful"] = isinstance(split, StatefulFirstBatchChecked) and split.state_dict() == {"read": 0}
     # NOTE: a process with no batch at all: not every process holds the same, so nothing is refused.
-    results["one_empty"] = len(list(checked(_Batches(by_rank=False, empty_on=1), FOUND, world_size)))
+    results["one_empty"] = len(list(checked(_Batches(by_rank=False, empty_on=1), found, world_size)))
     results["digests"] = [same_on_every_process(7), same_on_every_process(rank), same_on_every_process(None)]
     return results
 
@@ -79,7 +80,7 @@ def test_the_same_first_batch_everywhere_stops_every_process_and_split_batches_g
     results = run_distributed(_scenarios, world_size)
     for rank, result in enumerate(results):
         message = result["same"]
-        assert message.startswith("The training iterable `Batches` is not a `DataLoader`"), message
+        assert message.startswith("The training iterable `_Batches` is not a `DataLoader`"), message
         assert f"every one of the {world_size} processes read the same first batch" in message
         assert "a tensor of shape (2,) [0, 1]" in message and f"trained {world_size} times" in message
         assert "declare `splits_by_rank = False`" in message
