@@ -7,8 +7,6 @@ import math
 from collections.abc import Iterable, Iterator, Sequence, Sized
 from typing import Any
 
-import torch
-
 from lightning_shard._checks import check_num_processes, check_process_index, check_split_batch_size
 from lightning_shard.sampling.balance import (
     EvenBatches,
@@ -150,10 +148,7 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
         epoch = fast()
         order = next(epoch)
         offset = min(consumed * layout.batch_size, layout.length)
-        if isinstance(order, torch.Tensor):
-            yield from layout.skip(offset).iter_batches(order[offset:], start)
-        else:  # NOTE: the identity, or a keyed order: both are evaluated at positions from `offset` on.
-            yield from layout.skip(offset).iter_batches(order, start, offset=offset)
+        yield from layout.skip(offset).iter_batches(lambda positions: order(positions + offset), start)
         next(epoch, None)
 
     def _iter_generic(self, source: Iterable[Any] | None = None, consumed: int = 0) -> Iterator[list[int]]:
