@@ -70,8 +70,8 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
         forward_epoch(self.batch_sampler, epoch)
 
     def _layout(self) -> ShardLayout | None:
-        """The arithmetic layout when the epoch length is known from a plain sampler."""
-        if not self.kind.arithmetic:
+        """The arithmetic layout when the batch sizes follow from a sized sampler's length (``kind.counted``)."""
+        if not self.kind.counted:
             return None
         return ShardLayout(
             length=len(self.kind.sampler),
@@ -87,45 +87,41 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
         return self.length_after(0)
 
     def length_after(self, consumed: int) -> int:
-        """How many batches this process yields once ``consumed`` batches of the wrapped sampler are gone."""
+        """How many batches this process yields once ``consumed`` batches of the wrapped sampler are gone:
+        by the layout where batch sizes follow from the sampler's length, else counting whole batches (a
+        bucketing sampler's short batches are not known before they come)."""
         layout = self._layout()
         if layout is not None:
-            return layout.skip(consumed * (self.batch_size or 0)).num_batches()
-        return self._generic_length(max(len(self.batch_sampler) - consumed, 0), consumed)
-
-    def _balanced_length(self, consumed: int) -> int | None:
-        """Samples left once ``consumed`` batches are gone, when the generic path balances its tail."""
-        if self.drop_last or not self.kind.counted:
-            return None  # NOTE: a bucketing sampler's batch sizes do not follow from its sampler's length.
-        length = max(len(self.sampler) - consumed * self.batch_size, 0)  # type: ignore[operator]
-        return length if is_balanced(self.even_batches, length, self.num_processes) else None
-
-    def _generic_length(self, total: int, consumed: int) -> int:
-        length = self._balanced_length(consumed)
-        if length is not None:
-            assert self.batch_size is not None  # NOTE: `_balanced_length` needs it.
-            span = self.batch_size * (1 if self.split_batches else self.num_processes)
-            steps, tail = tail_steps(length, span, self.num_processes)
-            return steps + (tail > 0)
+            return layout.skip(consumed * layout.batch_size).num_batches()
+        total = max(len(self.batch_sampler) - consumed, 0)
         if self.split_batches:
-            return total - self._misses_short_slice(consumed)
+            return total
         rounds, extra = divmod(total, self.num_processes)
         if extra == 0 or self.drop_last:
             return rounds
         return rounds + (bool(self.even_batches) or self.process_index < extra)
 
-    def _misses_short_slice(self, consumed: int) -> bool:
-        """Whether, splitting without padding, this process gets no slice of the short last batch."""
-        short = 0 if self.even_batches else self.short_last_batch(consumed)
-        return 0 < short <= ((self.batch_size or 0) // self.num_processes) * self.process_index
+    def _samples_left(self, consumed: int) -> int | None:
+        """Samples left once ``consumed`` batches are gone, when the short last batch is kept and the batch
+        sizes follow from the sampler's length (``None``: dropped, or a bucketing sampler's)."""
+        if self.drop_last or not self.kind.counted:
+            return None
+        return max(len(self.sampler) - consumed * self.batch_size, 0)  # type: ignore[operator]
+
+    def _balanced_length(self, consumed: int) -> int | None:
+        """Samples left once ``consumed`` batches are gone, when the generic path balances its tail."""
+        length = self._samples_left(consumed)
+        return (
+            length
+            if length is not None and is_balanced(self.even_batches, length, self.num_processes)
+            else None
+        )
 
     def short_last_batch(self, consumed: int) -> int:
         """Samples in the wrapped sampler's short last batch once ``consumed`` batches are gone: 0 when it is
         full or dropped, or when its size does not follow from the sampler's length (a bucketing sampler's)."""
-        size = self.batch_size
-        if self.drop_last or size is None or not self.kind.counted:
-            return 0
-        return max(len(self.sampler) - consumed * size, 0) % size
+        left = self._samples_left(consumed)
+        return 0 if left is None else left % self.batch_size  # type: ignore[operator]
 
     def __iter__(self) -> Iterator[list[int]]:
         return self.iter_from(0)

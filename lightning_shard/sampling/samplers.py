@@ -167,11 +167,6 @@ class SamplerKind:
         """What a saved state records of it: its index sampler's class name (``"none"`` without one)."""
         return "none" if self.sampler is None else type(self.sampler).__name__
 
-    @property
-    def arithmetic(self) -> bool:
-        """Whether its batches are positions in its sampler's order, so a shard's are computed by arithmetic."""
-        return self.exact and self.counted
-
 
 def sampler_kind(batch_sampler: Any) -> SamplerKind:
     """The ``SamplerKind`` of ``batch_sampler``: the one place that inspects a batch sampler and its sampler."""
