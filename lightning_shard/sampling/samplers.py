@@ -329,18 +329,9 @@ class SampleShard(KnowsKind):
     def __init__(self, shard: Any) -> None:
         self.shard = shard
         self.kind = shard.kind
-
-    @property
-    def sampler(self) -> Any:
-        return self.shard.sampler
-
-    @property
-    def num_processes(self) -> int:
-        return int(self.shard.num_processes)
-
-    @property
-    def even_batches(self) -> Any:
-        return self.shard.even_batches
+        self.sampler = shard.sampler
+        self.num_processes: int = shard.num_processes
+        self.even_batches = shard.even_batches
 
     split_batches = False
     drop_last = False
