@@ -22,12 +22,10 @@ from lightning_shard.sampling.samplers import (
 
 
 def _over_sampler_with_generator(batch_sampler: Any, kind: SamplerKind) -> Any:
-    """``batch_sampler`` over a shallow copy of its sampler (same class and attributes) drawing from a
-    generator of its own: a new ``BatchSampler``, or a shallow copy of the user's class."""
+    """A shallow copy of ``batch_sampler`` (its class, a plain ``BatchSampler`` too) over a shallow copy of its
+    sampler (same class and attributes) drawing from a generator of its own."""
     twin = copy.copy(kind.sampler)
     twin.generator = own_generator()
-    if kind.exact:
-        return BatchSampler(twin, kind.batch_size, kind.drop_last)  # type: ignore[arg-type]
     outer = copy.copy(batch_sampler)
     outer.sampler = twin
     return outer

@@ -272,11 +272,6 @@ class BatchSamplerWrapper(BatchSampler):  # type: ignore[misc]
         """The wrapped batch sampler's index sampler, if it has one."""
         return self.kind.sampler
 
-    @property
-    def total_length(self) -> int:
-        """The number of batches of the wrapped batch sampler."""
-        return len(self.batch_sampler)
-
     def batches_from(self, start: int, consumed: int = 0) -> Iterator[Any]:
         """The wrapped batch sampler's batches from its batch ``start`` on, once ``consumed`` batches of the
         user's are gone: by arithmetic where it seeks (``seekable``), else walked, indices only."""
