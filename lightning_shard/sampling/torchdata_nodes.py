@@ -80,11 +80,6 @@ class NodesGraph:
         batcher = self.batcher
         return batcher is not None and bool(batcher.drop_last)
 
-    @property
-    def name(self) -> str:
-        """The type the user handed over (``Loader``, or the top node's)."""
-        return type(self.top).__name__
-
     def describe(self) -> str:
         """The graph in one line, for the plan: ``Loader(ParallelMapper(Batcher(SamplerWrapper(RandomSampler))))``."""
         inner = type(self.root.sampler).__name__ if self.root_kind == "sampler" else ""
