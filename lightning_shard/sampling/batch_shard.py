@@ -179,33 +179,28 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
         return self.batch_size is None or len(batch) == self.batch_size
 
     def _iter_split(self, batches: Iterable[Any]) -> Iterator[list[int]]:
-        """Slice ``r`` of every batch; a short batch (a bucketing sampler's) is held until the next one
-        arrives, so that only the epoch's last batch is padded or cut as the reference does."""
+        """Slice ``r`` of every batch; a short batch (a bucketing sampler's) is cut in parts of every sample
+        once, unless it is the epoch's last (known one batch ahead), which is padded or cut as the reference does."""
         assert self.batch_size is not None  # NOTE: checked in __init__ for split_batches.
         width = self.batch_size // self.num_processes
         lo, hi = width * self.process_index, width * (self.process_index + 1)
-        first: list[int] = []
-        held: Any = None
-        for position, batch in enumerate(batches):
-            if position == 0:
-                first = list(batch)
-            if held is not None:
-                yield self._split_short(held, position - 1)
-                held = None
+        first: list[int] | None = None
+        for position, (batch, last) in enumerate(_with_last(batches)):
+            first = list(batch) if first is None else first
             if len(batch) == self.batch_size:
                 yield batch[lo:hi]
-            else:
-                held = batch
-        if held is None or not first:
-            return
-        if self.even_batches and not self.drop_last:
-            yield (list(held) + _repeat_to(first, self.batch_size))[lo:hi]
-        elif self.kind.plain:
-            if not self.drop_last and len(held) > lo:
-                yield held[lo:hi]
-        elif len(held) > self.process_index:
-            lo, hi = chunk(len(held), self.num_processes, self.process_index)
-            yield list(held[lo:hi])
+            elif not last:
+                yield self._split_short(batch, position)
+            elif not first:
+                return  # NOTE: an empty first batch has nothing to pad with.
+            elif self.even_batches and not self.drop_last:
+                yield (list(batch) + _repeat_to(first, self.batch_size))[lo:hi]
+            elif self.kind.plain:
+                if not self.drop_last and len(batch) > lo:
+                    yield batch[lo:hi]
+            elif len(batch) > self.process_index:
+                lo, hi = chunk(len(batch), self.num_processes, self.process_index)
+                yield list(batch[lo:hi])
 
     def _split_short(self, batch: Sequence[int], position: int) -> list[int]:
         """This process's part of a short batch that is not the epoch's last: every sample once."""
@@ -220,46 +215,34 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
         return list(batch[lo:hi])
 
     def _iter_whole(self, batches: Iterable[Any]) -> Iterator[list[int]]:
-        """Batch ``r`` of every round of ``N``; a round that ends with a short batch (a bucketing sampler's)
-        is held until the next batch arrives, so that only the epoch's last round is padded."""
+        """Batch ``r`` of every round of ``N``, as it comes (short or not, a bucketing sampler's), but for the
+        epoch's last round (known one batch ahead), which is padded."""
         n, r = self.num_processes, self.process_index
         head: list[Any] = []
         mine: Any = None
-        held: Any = None
-        last: Any = []
+        batch: Any = None
         seen = 0
-        for position, batch in enumerate(batches):
-            if held is not None:
-                yield held
-                held = None
-            if not self.drop_last and position < n:
+        for batch, last in _with_last(batches):
+            if seen < n:
                 head.append(batch)
-            if position % n == r:
+            if seen % n == r:
                 mine = batch
-            if position % n == n - 1:
-                if self._is_full(batch):
-                    yield mine
-                else:
-                    held = mine
+            seen += 1
+            if seen % n == 0 and not last:
+                yield mine
                 mine = None
-            last, seen = batch, position + 1
-        if held is not None:
-            if self.drop_last:
-                yield held
-                return
-            mine = held
+        if seen and seen % n == 0 and (self.drop_last or self._is_full(batch)):  # NOTE: a whole last round
+            yield mine
+            return
         # NOTE: the first batches must hold something to pad with (whole batches count when sizes vary).
-        has_data = bool(head) if self.batch_size is None else any(len(batch) for batch in head)
+        has_data = bool(head) if self.batch_size is None else any(len(part) for part in head)
         if self.drop_last or not has_data:
             return
-        if not self.even_batches:
-            if mine:
-                yield mine
-            return
         # NOTE: only the epoch's last batch is completed (`_pad_whole`); a short one before it is yielded.
-        if mine and (self._is_full(mine) or (seen - 1) % n != r):
+        if mine and (not self.even_batches or self._is_full(mine) or (seen - 1) % n != r):
             yield mine
-        yield from self._pad_whole(head, last, seen)
+        if self.even_batches:
+            yield from self._pad_whole(head, batch, seen)
 
     def _pad_whole(self, head: list[Any], last: Any, seen: int) -> Iterator[list[int]]:
         """Complete the last round with batches that continue into the start of the epoch."""
@@ -279,6 +262,19 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
             if position % n == r:
                 yield batch
             cursor, partial, position = stop, [], position + 1
+
+
+def _with_last(items: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
+    """Each of ``items`` with whether it is the last, read one ahead."""
+    iterator = iter(items)
+    current = next(iterator, _END)
+    while current is not _END:
+        following = next(iterator, _END)
+        yield current, following is _END
+        current = following
+
+
+_END = object()
 
 
 def _repeat_to(items: list[Any], minimum: int) -> list[Any]:
