@@ -245,23 +245,18 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
             yield from self._pad_whole(head, batch, seen)
 
     def _pad_whole(self, head: list[Any], last: Any, seen: int) -> Iterator[list[int]]:
-        """Complete the last round with batches that continue into the start of the epoch."""
-        n, r = self.num_processes, self.process_index
-        if self.batch_size is None:
-            pool = _repeat_to(head, n)
-            for offset, position in enumerate(range(seen, math.ceil(seen / n) * n)):
-                if position % n == r:
-                    yield pool[offset]
+        """This process's batch, if any, of those completing the last round: they continue the epoch's last
+        batch (if short) into the start of the epoch (whole batches when sizes vary)."""
+        n, size = self.num_processes, self.batch_size
+        partial, start = ([], seen) if self._is_full(last) else (list(last), seen - 1)
+        offset = (self.process_index - start) % n
+        if start + offset >= math.ceil(seen / n) * n:
             return
-        pool = _repeat_to([index for batch in head for index in batch], n * self.batch_size)
-        partial, position = ([], seen) if self._is_full(last) else (list(last), seen - 1)
-        cursor = 0
-        while position % n != 0 or partial:
-            stop = cursor + self.batch_size - len(partial)
-            batch = partial + pool[cursor:stop]
-            if position % n == r:
-                yield batch
-            cursor, partial, position = stop, [], position + 1
+        if size is None:
+            yield _repeat_to(head, n)[offset]
+        else:
+            pool = partial + _repeat_to([index for batch in head for index in batch], n * size)
+            yield pool[offset * size : (offset + 1) * size]
 
 
 def _with_last(items: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
