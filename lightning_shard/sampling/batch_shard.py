@@ -108,15 +108,6 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
             return None
         return max(len(self.sampler) - consumed * self.batch_size, 0)  # type: ignore[operator]
 
-    def _balanced_length(self, consumed: int) -> int | None:
-        """Samples left once ``consumed`` batches are gone, when the generic path balances its tail."""
-        length = self._samples_left(consumed)
-        return (
-            length
-            if length is not None and is_balanced(self.even_batches, length, self.num_processes)
-            else None
-        )
-
     def short_last_batch(self, consumed: int) -> int:
         """Samples in the wrapped sampler's short last batch once ``consumed`` batches are gone: 0 when it is
         full or dropped, or when its size does not follow from the sampler's length (a bucketing sampler's)."""
@@ -151,14 +142,14 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
         """The streaming path, for any batch sampler; ``source`` replaces the wrapped sampler's batches
         (what is left of them once ``consumed`` are gone)."""
         batches = self.batch_sampler if source is None else source
-        length = self._balanced_length(consumed)
-        if length is not None:
+        length = self._samples_left(consumed)
+        if length is not None and is_balanced(self.even_batches, length, self.num_processes):
             return self._iter_balanced(batches, length)
         return self._iter_split(batches) if self.split_batches else self._iter_whole(batches)
 
     def _iter_balanced(self, batches: Iterable[Any], length: int) -> Iterator[list[int]]:
         """The generic path with a balanced tail: steps before the tail as usual, then this process's chunk."""
-        assert self.batch_size is not None  # NOTE: `_balanced_length` needs it.
+        assert self.batch_size is not None  # NOTE: `_samples_left` needs it.
         n, r = self.num_processes, self.process_index
         group = 1 if self.split_batches else n
         steps = tail_steps(length, self.batch_size * group, n)[0]
