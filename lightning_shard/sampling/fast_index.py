@@ -67,25 +67,19 @@ class ShardLayout:
         return full // n, r * b, n * b, b
 
     def tail_span(self) -> tuple[int, int] | None:
-        """Positions ``[start, stop)`` in the padded epoch of this process's last batch, if any."""
-        n, b, r, length = self.num_processes, self.batch_size, self.process_index, self.length
+        """Positions ``[start, stop)`` in the padded epoch of this process's last batch, if any: the row after
+        its unpadded ones, or its chunk of a balanced tail."""
         if self.balanced:
-            steps, tail = tail_steps(length, self.span, n)
+            steps, tail = tail_steps(self.length, self.span, self.num_processes)
             if not tail:
                 return None
-            lo, hi = chunk(tail, n, r)
+            lo, hi = chunk(tail, self.num_processes, self.process_index)
             return steps * self.span + lo, steps * self.span + hi
-        if self.drop_last or length % (b if self.split_batches else b * n) == 0:
+        if self.drop_last or self.length % self.span == 0:
             return None
-        full = length // b
-        if self.split_batches:
-            start = full * b + r * (b // n)
-            stop = start + b // n
-        else:
-            start = ((full // n) * n + r) * b
-            stop = start + b
-        if not self.even_batches:
-            stop = min(stop, length)
+        rows, first, stride, width = self.row_geometry()
+        start = rows * stride + first
+        stop = start + width if self.even_batches else min(start + width, self.length)
         return (start, stop) if start < stop else None
 
     def tail_positions(self) -> list[int] | None:
