@@ -82,14 +82,6 @@ class ShardLayout:
         stop = start + width if self.even_batches else min(start + width, self.length)
         return (start, stop) if start < stop else None
 
-    def tail_positions(self) -> list[int] | None:
-        """Positions in the epoch order of this process's last batch, padded from the epoch's start."""
-        span = self.tail_span()
-        if span is None:
-            return None
-        head = min(self.span, self.length)
-        return [p if p < self.length else (p - self.length) % head for p in range(*span)]
-
     def num_batches(self) -> int:
         """Exactly how many batches this process yields in the epoch."""
         return self.row_geometry()[0] + (self.tail_span() is not None)
@@ -103,9 +95,12 @@ class ShardLayout:
         for begin in range(start, rows, chunk_rows):
             row_starts = torch.arange(begin, min(begin + chunk_rows, rows), dtype=torch.int64) * stride
             yield from order(row_starts[:, None] + columns).tolist()
-        tail = self.tail_positions()
+        tail = self.tail_span()
         if tail is not None and start <= rows:
-            yield order(torch.tensor(tail, dtype=torch.int64)).tolist()
+            # NOTE: positions past the epoch's end continue into its start (its first global batch), cycled.
+            head = min(self.span, self.length)
+            positions = [p if p < self.length else (p - self.length) % head for p in range(*tail)]
+            yield order(torch.tensor(positions, dtype=torch.int64)).tolist()
 
 
 FastOrder = Callable[[], Iterator[Order]]
