@@ -7,8 +7,6 @@ import math
 from collections.abc import Iterable, Iterator, Sequence, Sized
 from typing import Any
 
-import torch
-
 from lightning_shard._checks import check_num_processes, check_process_index, check_split_batch_size
 from lightning_shard.sampling.balance import (
     EvenBatches,
@@ -72,8 +70,8 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
         forward_epoch(self.batch_sampler, epoch)
 
     def _layout(self) -> ShardLayout | None:
-        """The arithmetic layout when the epoch length is known from a plain sampler."""
-        if not self.kind.arithmetic:
+        """The arithmetic layout when the batch sizes follow from a sized sampler's length (``kind.counted``)."""
+        if not self.kind.counted:
             return None
         return ShardLayout(
             length=len(self.kind.sampler),
@@ -89,45 +87,32 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
         return self.length_after(0)
 
     def length_after(self, consumed: int) -> int:
-        """How many batches this process yields once ``consumed`` batches of the wrapped sampler are gone."""
+        """How many batches this process yields once ``consumed`` batches of the wrapped sampler are gone:
+        by the layout where batch sizes follow from the sampler's length, else counting whole batches (a
+        bucketing sampler's short batches are not known before they come)."""
         layout = self._layout()
         if layout is not None:
-            return layout.skip(consumed * (self.batch_size or 0)).num_batches()
-        return self._generic_length(max(len(self.batch_sampler) - consumed, 0), consumed)
-
-    def _balanced_length(self, consumed: int) -> int | None:
-        """Samples left once ``consumed`` batches are gone, when the generic path balances its tail."""
-        if self.drop_last or not self.kind.counted:
-            return None  # NOTE: a bucketing sampler's batch sizes do not follow from its sampler's length.
-        length = max(len(self.sampler) - consumed * self.batch_size, 0)  # type: ignore[operator]
-        return length if is_balanced(self.even_batches, length, self.num_processes) else None
-
-    def _generic_length(self, total: int, consumed: int) -> int:
-        length = self._balanced_length(consumed)
-        if length is not None:
-            assert self.batch_size is not None  # NOTE: `_balanced_length` needs it.
-            span = self.batch_size * (1 if self.split_batches else self.num_processes)
-            steps, tail = tail_steps(length, span, self.num_processes)
-            return steps + (tail > 0)
+            return layout.skip(consumed * layout.batch_size).num_batches()
+        total = max(len(self.batch_sampler) - consumed, 0)
         if self.split_batches:
-            return total - self._misses_short_slice(consumed)
+            return total
         rounds, extra = divmod(total, self.num_processes)
         if extra == 0 or self.drop_last:
             return rounds
         return rounds + (bool(self.even_batches) or self.process_index < extra)
 
-    def _misses_short_slice(self, consumed: int) -> bool:
-        """Whether, splitting without padding, this process gets no slice of the short last batch."""
-        short = 0 if self.even_batches else self.short_last_batch(consumed)
-        return 0 < short <= ((self.batch_size or 0) // self.num_processes) * self.process_index
+    def _samples_left(self, consumed: int) -> int | None:
+        """Samples left once ``consumed`` batches are gone, when the short last batch is kept and the batch
+        sizes follow from the sampler's length (``None``: dropped, or a bucketing sampler's)."""
+        if self.drop_last or not self.kind.counted:
+            return None
+        return max(len(self.sampler) - consumed * self.batch_size, 0)  # type: ignore[operator]
 
     def short_last_batch(self, consumed: int) -> int:
         """Samples in the wrapped sampler's short last batch once ``consumed`` batches are gone: 0 when it is
         full or dropped, or when its size does not follow from the sampler's length (a bucketing sampler's)."""
-        size = self.batch_size
-        if self.drop_last or size is None or not self.kind.counted:
-            return 0
-        return max(len(self.sampler) - consumed * size, 0) % size
+        left = self._samples_left(consumed)
+        return 0 if left is None else left % self.batch_size  # type: ignore[operator]
 
     def __iter__(self) -> Iterator[list[int]]:
         return self.iter_from(0)
@@ -150,24 +135,21 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
         epoch = fast()
         order = next(epoch)
         offset = min(consumed * layout.batch_size, layout.length)
-        if isinstance(order, torch.Tensor):
-            yield from layout.skip(offset).iter_batches(order[offset:], start)
-        else:  # NOTE: the identity, or a keyed order: both are evaluated at positions from `offset` on.
-            yield from layout.skip(offset).iter_batches(order, start, offset=offset)
+        yield from layout.skip(offset).iter_batches(lambda positions: order(positions + offset), start)
         next(epoch, None)
 
     def _iter_generic(self, source: Iterable[Any] | None = None, consumed: int = 0) -> Iterator[list[int]]:
         """The streaming path, for any batch sampler; ``source`` replaces the wrapped sampler's batches
         (what is left of them once ``consumed`` are gone)."""
         batches = self.batch_sampler if source is None else source
-        length = self._balanced_length(consumed)
-        if length is not None:
+        length = self._samples_left(consumed)
+        if length is not None and is_balanced(self.even_batches, length, self.num_processes):
             return self._iter_balanced(batches, length)
         return self._iter_split(batches) if self.split_batches else self._iter_whole(batches)
 
     def _iter_balanced(self, batches: Iterable[Any], length: int) -> Iterator[list[int]]:
         """The generic path with a balanced tail: steps before the tail as usual, then this process's chunk."""
-        assert self.batch_size is not None  # NOTE: `_balanced_length` needs it.
+        assert self.batch_size is not None  # NOTE: `_samples_left` needs it.
         n, r = self.num_processes, self.process_index
         group = 1 if self.split_batches else n
         steps = tail_steps(length, self.batch_size * group, n)[0]
@@ -188,33 +170,28 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
         return self.batch_size is None or len(batch) == self.batch_size
 
     def _iter_split(self, batches: Iterable[Any]) -> Iterator[list[int]]:
-        """Slice ``r`` of every batch; a short batch (a bucketing sampler's) is held until the next one
-        arrives, so that only the epoch's last batch is padded or cut as the reference does."""
+        """Slice ``r`` of every batch; a short batch (a bucketing sampler's) is cut in parts of every sample
+        once, unless it is the epoch's last (known one batch ahead), which is padded or cut as the reference does."""
         assert self.batch_size is not None  # NOTE: checked in __init__ for split_batches.
         width = self.batch_size // self.num_processes
         lo, hi = width * self.process_index, width * (self.process_index + 1)
-        first: list[int] = []
-        held: Any = None
-        for position, batch in enumerate(batches):
-            if position == 0:
-                first = list(batch)
-            if held is not None:
-                yield self._split_short(held, position - 1)
-                held = None
+        first: list[int] | None = None
+        for position, (batch, last) in enumerate(_with_last(batches)):
+            first = list(batch) if first is None else first
             if len(batch) == self.batch_size:
                 yield batch[lo:hi]
-            else:
-                held = batch
-        if held is None or not first:
-            return
-        if self.even_batches and not self.drop_last:
-            yield (list(held) + _repeat_to(first, self.batch_size))[lo:hi]
-        elif self.kind.plain:
-            if not self.drop_last and len(held) > lo:
-                yield held[lo:hi]
-        elif len(held) > self.process_index:
-            lo, hi = chunk(len(held), self.num_processes, self.process_index)
-            yield list(held[lo:hi])
+            elif not last:
+                yield self._split_short(batch, position)
+            elif not first:
+                return  # NOTE: an empty first batch has nothing to pad with.
+            elif self.even_batches and not self.drop_last:
+                yield (list(batch) + _repeat_to(first, self.batch_size))[lo:hi]
+            elif self.kind.plain:
+                if not self.drop_last and len(batch) > lo:
+                    yield batch[lo:hi]
+            elif len(batch) > self.process_index:
+                lo, hi = chunk(len(batch), self.num_processes, self.process_index)
+                yield list(batch[lo:hi])
 
     def _split_short(self, batch: Sequence[int], position: int) -> list[int]:
         """This process's part of a short batch that is not the epoch's last: every sample once."""
@@ -229,65 +206,61 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
         return list(batch[lo:hi])
 
     def _iter_whole(self, batches: Iterable[Any]) -> Iterator[list[int]]:
-        """Batch ``r`` of every round of ``N``; a round that ends with a short batch (a bucketing sampler's)
-        is held until the next batch arrives, so that only the epoch's last round is padded."""
+        """Batch ``r`` of every round of ``N``, as it comes (short or not, a bucketing sampler's), but for the
+        epoch's last round (known one batch ahead), which is padded."""
         n, r = self.num_processes, self.process_index
         head: list[Any] = []
         mine: Any = None
-        held: Any = None
-        last: Any = []
+        batch: Any = None
         seen = 0
-        for position, batch in enumerate(batches):
-            if held is not None:
-                yield held
-                held = None
-            if not self.drop_last and position < n:
+        for batch, last in _with_last(batches):
+            if seen < n:
                 head.append(batch)
-            if position % n == r:
+            if seen % n == r:
                 mine = batch
-            if position % n == n - 1:
-                if self._is_full(batch):
-                    yield mine
-                else:
-                    held = mine
+            seen += 1
+            if seen % n == 0 and not last:
+                yield mine
                 mine = None
-            last, seen = batch, position + 1
-        if held is not None:
-            if self.drop_last:
-                yield held
-                return
-            mine = held
+        if seen and seen % n == 0 and (self.drop_last or self._is_full(batch)):  # NOTE: a whole last round
+            yield mine
+            return
         # NOTE: the first batches must hold something to pad with (whole batches count when sizes vary).
-        has_data = bool(head) if self.batch_size is None else any(len(batch) for batch in head)
+        has_data = bool(head) if self.batch_size is None else any(len(part) for part in head)
         if self.drop_last or not has_data:
             return
-        if not self.even_batches:
-            if mine:
-                yield mine
-            return
         # NOTE: only the epoch's last batch is completed (`_pad_whole`); a short one before it is yielded.
-        if mine and (self._is_full(mine) or (seen - 1) % n != r):
+        if mine and (not self.even_batches or self._is_full(mine) or (seen - 1) % n != r):
             yield mine
-        yield from self._pad_whole(head, last, seen)
+        if self.even_batches:
+            yield from self._pad_whole(head, batch, seen)
 
     def _pad_whole(self, head: list[Any], last: Any, seen: int) -> Iterator[list[int]]:
-        """Complete the last round with batches that continue into the start of the epoch."""
-        n, r = self.num_processes, self.process_index
-        if self.batch_size is None:
-            pool = _repeat_to(head, n)
-            for offset, position in enumerate(range(seen, math.ceil(seen / n) * n)):
-                if position % n == r:
-                    yield pool[offset]
+        """This process's batch, if any, of those completing the last round: they continue the epoch's last
+        batch (if short) into the start of the epoch (whole batches when sizes vary)."""
+        n, size = self.num_processes, self.batch_size
+        partial, start = ([], seen) if self._is_full(last) else (list(last), seen - 1)
+        offset = (self.process_index - start) % n
+        if start + offset >= math.ceil(seen / n) * n:
             return
-        pool = _repeat_to([index for batch in head for index in batch], n * self.batch_size)
-        partial, position = ([], seen) if self._is_full(last) else (list(last), seen - 1)
-        cursor = 0
-        while position % n != 0 or partial:
-            stop = cursor + self.batch_size - len(partial)
-            batch = partial + pool[cursor:stop]
-            if position % n == r:
-                yield batch
-            cursor, partial, position = stop, [], position + 1
+        if size is None:
+            yield _repeat_to(head, n)[offset]
+        else:
+            pool = partial + _repeat_to([index for batch in head for index in batch], n * size)
+            yield pool[offset * size : (offset + 1) * size]
+
+
+def _with_last(items: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
+    """Each of ``items`` with whether it is the last, read one ahead."""
+    iterator = iter(items)
+    current = next(iterator, _END)
+    while current is not _END:
+        following = next(iterator, _END)
+        yield current, following is _END
+        current = following
+
+
+_END = object()
 
 
 def _repeat_to(items: list[Any], minimum: int) -> list[Any]:

@@ -1,7 +1,7 @@
 """Vectorised index path (docs/DESIGN.md, "Fast index path"): one process's batches by arithmetic on the epoch's order.
 
-The global batches are consecutive slices of the order (a tensor, the identity, or a ``KeyedPermutation``
-evaluated at this process's positions only), so a process's batches are a strided view, plus at most one
+The global batches are consecutive slices of the order (a tensor, the identity, or a ``KeyedPermutation``),
+so a process's batches are the order at a strided grid of positions, evaluated there only, plus at most one
 tail batch padded from the epoch's start (its first global batch), cycled as often as needed.
 """
 
@@ -17,7 +17,6 @@ from torch.utils.data import SequentialSampler
 
 from lightning_shard.sampling.balance import EvenBatches, chunk, is_balanced, tail_steps
 from lightning_shard.sampling.own_sampler import own_generator
-from lightning_shard.sampling.permutation import KeyedPermutation
 from lightning_shard.sampling.samplers import (
     _CHUNK_POSITIONS,
     SamplerKind,
@@ -25,10 +24,9 @@ from lightning_shard.sampling.samplers import (
     SeedableRandomSampler,
 )
 
-_CHUNK_ROWS = 1024
-
-Order = torch.Tensor | KeyedPermutation | None
-"""An epoch's order: a tensor, a permutation evaluated at positions, or ``None`` (the identity)."""
+Order = Callable[[torch.Tensor], torch.Tensor]
+"""An epoch's order, evaluated at positions (``int64``): a tensor's indexing, a ``KeyedPermutation``'s ``at``, or
+the identity."""
 
 
 @dataclass(frozen=True)
@@ -69,78 +67,40 @@ class ShardLayout:
         return full // n, r * b, n * b, b
 
     def tail_span(self) -> tuple[int, int] | None:
-        """Positions ``[start, stop)`` in the padded epoch of this process's last batch, if any."""
-        n, b, r, length = self.num_processes, self.batch_size, self.process_index, self.length
+        """Positions ``[start, stop)`` in the padded epoch of this process's last batch, if any: the row after
+        its unpadded ones, or its chunk of a balanced tail."""
         if self.balanced:
-            steps, tail = tail_steps(length, self.span, n)
+            steps, tail = tail_steps(self.length, self.span, self.num_processes)
             if not tail:
                 return None
-            lo, hi = chunk(tail, n, r)
+            lo, hi = chunk(tail, self.num_processes, self.process_index)
             return steps * self.span + lo, steps * self.span + hi
-        if self.drop_last or length % (b if self.split_batches else b * n) == 0:
+        if self.drop_last or self.length % self.span == 0:
             return None
-        full = length // b
-        if self.split_batches:
-            start = full * b + r * (b // n)
-            stop = start + b // n
-        else:
-            start = ((full // n) * n + r) * b
-            stop = start + b
-        if not self.even_batches:
-            stop = min(stop, length)
+        rows, first, stride, width = self.row_geometry()
+        start = rows * stride + first
+        stop = start + width if self.even_batches else min(start + width, self.length)
         return (start, stop) if start < stop else None
-
-    def tail_positions(self) -> list[int] | None:
-        """Positions in the epoch order of this process's last batch, padded from the epoch's start."""
-        span = self.tail_span()
-        if span is None:
-            return None
-        head = min(self.span, self.length)
-        return [p if p < self.length else (p - self.length) % head for p in range(*span)]
 
     def num_batches(self) -> int:
         """Exactly how many batches this process yields in the epoch."""
         return self.row_geometry()[0] + (self.tail_span() is not None)
 
-    def iter_batches(self, order: Order, start: int = 0, offset: int = 0) -> Iterator[list[int]]:
-        """Yield this process's batches from batch ``start`` on, as lists of ints, from ``order``: a tensor
-        (from this layout's position 0), ``None`` (the identity) or a ``KeyedPermutation``, these two shifted
-        by ``offset``.
-        """
+    def iter_batches(self, order: Order, start: int = 0) -> Iterator[list[int]]:
+        """Yield this process's batches from batch ``start`` on, as lists of ints, from ``order`` evaluated at
+        their positions only (from this layout's position 0), a chunk of rows at a time."""
         rows, first, stride, width = self.row_geometry()
-        if order is None:
-            yield from self._identity_rows(start, offset)
-        elif isinstance(order, KeyedPermutation):
-            yield from self._keyed_rows(order, start, offset)
-        else:
-            main = order[: rows * stride].view(rows, stride)[:, first : first + width]
-            for begin in range(start, rows, _CHUNK_ROWS):
-                yield from main[begin : begin + _CHUNK_ROWS].tolist()
-        tail = self.tail_positions()
-        if tail is not None and start <= rows:
-            yield self._tail_batch(order, tail, offset)
-
-    @staticmethod
-    def _tail_batch(order: Order, tail: list[int], offset: int) -> list[int]:
-        if order is None:
-            return [offset + p for p in tail]
-        if isinstance(order, KeyedPermutation):
-            return order.at(torch.tensor(tail, dtype=torch.int64) + offset).tolist()
-        return order[tail].tolist()
-
-    def _keyed_rows(self, order: KeyedPermutation, start: int, offset: int) -> Iterator[list[int]]:
-        """The unpadded batches from ``start`` on, computing only their positions' values, a chunk at a time."""
-        rows, first, stride, width = self.row_geometry()
-        columns = torch.arange(width, dtype=torch.int64) + offset + first
+        columns = torch.arange(first, first + width, dtype=torch.int64)
         chunk_rows = max(_CHUNK_POSITIONS // max(width, 1), 1)
         for begin in range(start, rows, chunk_rows):
             row_starts = torch.arange(begin, min(begin + chunk_rows, rows), dtype=torch.int64) * stride
-            yield from order.at(row_starts[:, None] + columns).tolist()
-
-    def _identity_rows(self, start: int, offset: int) -> Iterator[list[int]]:
-        rows, first, stride, width = self.row_geometry()
-        for begin in range(offset + first + start * stride, offset + first + rows * stride, stride):
-            yield list(range(begin, begin + width))
+            yield from order(row_starts[:, None] + columns).tolist()
+        tail = self.tail_span()
+        if tail is not None and start <= rows:
+            # NOTE: positions past the epoch's end continue into its start (its first global batch), cycled.
+            head = min(self.span, self.length)
+            positions = [p if p < self.length else (p - self.length) % head for p in range(*tail)]
+            yield order(torch.tensor(positions, dtype=torch.int64)).tolist()
 
 
 FastOrder = Callable[[], Iterator[Order]]
@@ -152,9 +112,13 @@ def _random_epoch(sampler: Any, seedable: bool) -> Iterator[Order]:
     """Draw exactly what ``RandomSampler.__iter__`` draws, from the same generator state; at the epoch's end,
     advance a visible generator as it does after its last index (a discarded draw)."""
     generator = sampler.reseed() if seedable else sampler.generator or own_generator()
-    yield torch.randperm(len(sampler.data_source), generator=generator)
+    yield torch.randperm(len(sampler.data_source), generator=generator).__getitem__
     if sampler.generator is not None and not (seedable and sampler.owns_generator):
         torch.randperm(len(sampler.data_source), generator=sampler.generator)
+
+
+def _identity(positions: torch.Tensor) -> torch.Tensor:
+    return positions
 
 
 def fast_epoch_order(kind: SamplerKind) -> FastOrder | None:
@@ -163,9 +127,9 @@ def fast_epoch_order(kind: SamplerKind) -> FastOrder | None:
     if not kind.exact or kind.known is None:
         return None
     if kind.known is ScalableRandomSampler:
-        return lambda: iter([sampler.order()])
+        return lambda: iter([sampler.order().at])
     if kind.known is SequentialSampler:
-        return lambda: iter([None])  # NOTE: the identity order needs no tensor.
+        return lambda: iter([_identity])  # NOTE: the identity order needs no tensor.
     if sampler.replacement or sampler.num_samples != len(sampler.data_source):
         return None
     return partial(_random_epoch, sampler, kind.known is SeedableRandomSampler)

@@ -142,9 +142,7 @@ class IterableDatasetShard(IterableDataset):
             if len(current) == size:
                 first = first if first is not None else current
                 if step >= skip_steps:
-                    yield from (
-                        _marked(current[lo:hi], current) if mark and checked_step(step) else current[lo:hi]
-                    )
+                    yield from _part(current, lo, hi, mark and checked_step(step))
                 step += 1
                 current = []
         if self.drop_last or not current or step < skip_steps:
@@ -153,12 +151,14 @@ class IterableDatasetShard(IterableDataset):
         if self.even_batches:
             while len(current) < size:
                 current += head
-        yield from _marked(current[lo:hi], current) if mark and checked_step(step) else current[lo:hi]
+        yield from _part(current, lo, hi, mark and checked_step(step))
 
 
-def _marked(part: list[Any], read: list[Any]) -> list[Any]:
-    """``part`` with its first element ``Fingerprinted`` by ``read``, the global batch it is a slice of."""
-    return [Fingerprinted(part[0], fingerprint(read)), *part[1:]] if part else part
+def _part(read: list[Any], lo: int, hi: int, marked: bool) -> list[Any]:
+    """``read[lo:hi]``, this process's slice of the global batch ``read``; if ``marked``, its first element
+    ``Fingerprinted`` by ``read``."""
+    part = read[lo:hi]
+    return [Fingerprinted(part[0], fingerprint(read)), *part[1:]] if marked and part else part
 
 
 def _read_head(stream: Iterator[Any], count: int, size: int) -> list[Any] | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_shard.sampling.self_split import SelfSplit
+from lightning_shard.sampling.self_split import SelfSplit, defined_in
 
 _SHUFFLE = "shuffle"
 """The key under which the saved state records ``shuffle``, which the library's own state does not hold."""
@@ -68,8 +68,7 @@ class MosaicSplit(SelfSplit):
 
 
 def recognise(dataset: Any) -> MosaicSplit | None:
-    """The ``SelfSplit`` of a mosaicml-streaming ``StreamingDataset``, else ``None``."""
-    for cls in type(dataset).__mro__:
-        if cls.__module__ == "streaming.base.dataset" and cls.__name__ == "StreamingDataset":
-            return MosaicSplit(dataset, f"is a mosaicml-streaming `{type(dataset).__name__}`")
-    return None
+    """The ``SelfSplit`` of a mosaicml-streaming ``StreamingDataset`` (of its package ``streaming``), else ``None``."""
+    if defined_in(dataset, "streaming", ("StreamingDataset",)) is None:
+        return None
+    return MosaicSplit(dataset, f"is a mosaicml-streaming `{type(dataset).__name__}`")

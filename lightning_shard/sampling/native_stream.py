@@ -60,15 +60,9 @@ class StreamShardingWarning(UserWarning):
     """``iterable_sharding="auto"`` fell back to striding (every process reads the whole stream).
 
     Issued once, on rank 0, when a loader is prepared; filter it with
-    ``warnings.filterwarnings("ignore", category=StreamShardingWarning)`` when striding is intended.
+    ``warnings.filterwarnings("ignore", category=StreamShardingWarning)`` when striding is intended. Its
+    message says why the stream cannot be split natively, and how to make it so.
     """
-
-    def __init__(self, message: str) -> None:
-        """
-        Args:
-            message: why the stream cannot be split natively, and how to make it so.
-        """
-        super().__init__(message)
 
 
 class NativeStreamShard(IterableDataset):

@@ -53,9 +53,6 @@ class FeedNode(BaseNode[Any]):
         super().__init__()
         self.feed = feed
 
-    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
-        super().reset(initial_state)
-
     def next(self) -> Any:
         return self.feed.take()
 

@@ -21,18 +21,6 @@ from lightning_shard.sampling.samplers import (
 )
 
 
-def _over_sampler_with_generator(batch_sampler: Any, kind: SamplerKind) -> Any:
-    """``batch_sampler`` over a shallow copy of its sampler (same class and attributes) drawing from a
-    generator of its own: a new ``BatchSampler``, or a shallow copy of the user's class."""
-    twin = copy.copy(kind.sampler)
-    twin.generator = own_generator()
-    if kind.exact:
-        return BatchSampler(twin, kind.batch_size, kind.drop_last)  # type: ignore[arg-type]
-    outer = copy.copy(batch_sampler)
-    outer.sampler = twin
-    return outer
-
-
 class OwnDraws(OwnOrder):
     """``batch_sampler`` with its random draws taken from a stream of its own, seeded at each ``iter()``
     from ``generator`` (the loader's), re-seeded first with ``data_seed + epoch`` when ``data_seed`` is given.
@@ -132,7 +120,11 @@ def _kept_with_own_randomness(
     """The user's (batch) sampler, its class kept, its draws recorded: a sampler whose ``generator`` is left
     ``None`` draws from the global RNG, which a resumed run cannot replay, so a copy gets one of its own."""
     if kind.draws and kind.sampler.generator is None:
-        batch_sampler = _over_sampler_with_generator(batch_sampler, kind)
+        # NOTE: shallow copies, the user's classes and attributes kept (a plain `BatchSampler` too).
+        twin = copy.copy(kind.sampler)
+        twin.generator = own_generator()
+        batch_sampler = copy.copy(batch_sampler)
+        batch_sampler.sampler = twin
         kind = sampler_kind(batch_sampler)
     seeded = seedable and (kind.draws or kind.global_draws)
     if not (kind.global_draws or seeded):

@@ -59,10 +59,9 @@ class KeyedPermutation:
 def _mix(values: torch.Tensor, key: int) -> torch.Tensor:
     """A keyed 32-bit integer hash of each value (values below ``2^32`` in and out); a new tensor."""
     mixed = values ^ key
-    mixed ^= mixed >> 16
-    mixed.mul_(_MULTIPLIER).bitwise_and_(_MASK32)
-    mixed ^= mixed >> 16
-    mixed.mul_(_MULTIPLIER).bitwise_and_(_MASK32)
+    for _ in range(2):  # NOTE: two multiply-xorshift steps, then a last xorshift.
+        mixed ^= mixed >> 16
+        mixed.mul_(_MULTIPLIER).bitwise_and_(_MASK32)
     mixed ^= mixed >> 16
     return mixed
 

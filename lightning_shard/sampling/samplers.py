@@ -167,11 +167,6 @@ class SamplerKind:
         """What a saved state records of it: its index sampler's class name (``"none"`` without one)."""
         return "none" if self.sampler is None else type(self.sampler).__name__
 
-    @property
-    def arithmetic(self) -> bool:
-        """Whether its batches are positions in its sampler's order, so a shard's are computed by arithmetic."""
-        return self.exact and self.counted
-
 
 def sampler_kind(batch_sampler: Any) -> SamplerKind:
     """The ``SamplerKind`` of ``batch_sampler``: the one place that inspects a batch sampler and its sampler."""
@@ -277,11 +272,6 @@ class BatchSamplerWrapper(BatchSampler):  # type: ignore[misc]
         """The wrapped batch sampler's index sampler, if it has one."""
         return self.kind.sampler
 
-    @property
-    def total_length(self) -> int:
-        """The number of batches of the wrapped batch sampler."""
-        return len(self.batch_sampler)
-
     def batches_from(self, start: int, consumed: int = 0) -> Iterator[Any]:
         """The wrapped batch sampler's batches from its batch ``start`` on, once ``consumed`` batches of the
         user's are gone: by arithmetic where it seeks (``seekable``), else walked, indices only."""
@@ -334,18 +324,9 @@ class SampleShard(KnowsKind):
     def __init__(self, shard: Any) -> None:
         self.shard = shard
         self.kind = shard.kind
-
-    @property
-    def sampler(self) -> Any:
-        return self.shard.sampler
-
-    @property
-    def num_processes(self) -> int:
-        return int(self.shard.num_processes)
-
-    @property
-    def even_batches(self) -> Any:
-        return self.shard.even_batches
+        self.sampler = shard.sampler
+        self.num_processes: int = shard.num_processes
+        self.even_batches = shard.even_batches
 
     split_batches = False
     drop_last = False

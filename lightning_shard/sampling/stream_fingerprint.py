@@ -50,13 +50,12 @@ def fingerprint(elements: Iterable[Any]) -> Fingerprint:
     elements = list(elements)
     keys = [_keys(element) for element in elements]
     by_content = any(key is None for key in keys)
+    identities = elements if by_content else keys
     digest = hashlib.blake2b(digest_size=8)
-    for element, key in zip(elements, keys, strict=True):
-        _feed(digest, element if by_content else key)
+    for identity in identities:
+        _feed(digest, identity)
         digest.update(b"\x00")
-    shown = tuple(
-        _short(element if by_content else key) for element, key in zip(elements[:_SHOWN], keys, strict=False)
-    )
+    shown = tuple(_short(identity) for identity in identities[:_SHOWN])
     value = int.from_bytes(digest.digest(), "little") % ((1 << DIGEST_BITS) - 1) + 1
     return Fingerprint(value, by_content, shown)
 

@@ -63,28 +63,6 @@ class NodesGraph:
     root: Any
     root_kind: RootKind
 
-    @property
-    def batcher(self) -> Any:
-        """The graph's ``Batcher`` (``None``: each of the root's items is a step)."""
-        return next((node for node in self.nodes if _own_name(node) == "Batcher"), None)
-
-    @property
-    def batch_size(self) -> int | None:
-        """The ``Batcher``'s batch size (``None``: no ``Batcher``)."""
-        batcher = self.batcher
-        return None if batcher is None else int(batcher.batch_size)
-
-    @property
-    def drop_last(self) -> bool:
-        """Whether the ``Batcher`` drops a short last batch (torchdata's default is ``True``)."""
-        batcher = self.batcher
-        return batcher is not None and bool(batcher.drop_last)
-
-    @property
-    def name(self) -> str:
-        """The type the user handed over (``Loader``, or the top node's)."""
-        return type(self.top).__name__
-
     def describe(self) -> str:
         """The graph in one line, for the plan: ``Loader(ParallelMapper(Batcher(SamplerWrapper(RandomSampler))))``."""
         inner = type(self.root.sampler).__name__ if self.root_kind == "sampler" else ""
@@ -180,7 +158,9 @@ def root_loader(graph: NodesGraph) -> DataLoader:
     Raises:
         ValueError: for a root that splits itself (``MultiNodeWeightedSampler``), which is passed through.
     """
-    batch_size, drop_last = graph.batch_size or 1, graph.drop_last
+    batcher = next((node for node in graph.nodes if _own_name(node) == "Batcher"), None)
+    batch_size = 1 if batcher is None else int(batcher.batch_size)
+    drop_last = batcher is not None and bool(batcher.drop_last)  # NOTE: torchdata's default is `True`.
     if graph.root_kind == "sampler":
         sampler = graph.root.sampler
         return DataLoader(
