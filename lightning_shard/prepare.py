@@ -34,7 +34,7 @@ from lightning_shard.sampling.batch_shard import BatchSamplerShard
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.native_stream import IterableSharding, NativeStreamShard, split_among_workers
 from lightning_shard.sampling.own_sampler import recorded_batch_sampler
-from lightning_shard.sampling.samplers import SampleShard
+from lightning_shard.sampling.samplers import SampleShard, dataset_generator
 from lightning_shard.sampling.torchdata_nodes import NodesGraph, root_loader
 
 
@@ -222,8 +222,7 @@ def _stream_shard_parts(
             even_batches=topology.num_processes > 1 and kind.stream_ends == SAME,
             fingerprinted=kind.fingerprinted,
         )
-        generator = getattr(user, "generator", None)
-        generator = generator if isinstance(generator, torch.Generator) else None
+        generator = dataset_generator(user)
     else:
         if kind.library is not None:
             kind.library.split(topology.num_processes, topology.process_index, dataloader.drop_last)

@@ -19,7 +19,7 @@ from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.source import Batches, BatchSource, marked_last
 from lightning_shard.loaders.state import decode_generator_state
 from lightning_shard.sampling.balance import chunk
-from lightning_shard.sampling.samplers import pass_epoch
+from lightning_shard.sampling.samplers import dataset_generator, pass_epoch
 
 
 class DispatchSource(BatchSource):
@@ -234,8 +234,7 @@ class DispatchSource(BatchSource):
         """The sampler's generator, or an iterable dataset's (the reference's convention)."""
         if self.by_index:
             return self.loader.cursor.kind.generator
-        generator = getattr(self.loader.dataset, "generator", None)
-        return generator if isinstance(generator, torch.Generator) else None
+        return dataset_generator(self.loader.dataset)
 
     def seeded(self) -> Any:
         return self.loader.cursor.kind.seeded if self.by_index else None

@@ -190,12 +190,12 @@ class MapSource(ShardSource):
         return self.cursor.length_after(base)
 
     def sharding(self) -> ShardingInfo:
-        shard, dataset, kind = self.cursor.batch_sampler, self.loader.dataset, self.cursor.kind
+        sharded, dataset, kind = self.cursor.sharded_as, self.loader.dataset, self.cursor.kind
         return ShardingInfo(
             mode="shard",
-            num_processes=getattr(shard, "num_processes", 1),
-            split_batches=bool(getattr(shard, "split_batches", False)),
-            even_batches=getattr(shard, "even_batches", True),
+            num_processes=sharded.num_processes,
+            split_batches=sharded.split_batches,
+            even_batches=sharded.even_batches,
             drop_last=kind.drop_last,
             batch_size=kind.batch_size,
             dataset_length=len(dataset) if isinstance(dataset, Sized) else None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sized
 from typing import Any
 
 import torch
@@ -47,7 +47,7 @@ class StreamSource(ShardSource):
         that splits itself: that one reports its own share's length (LitData), which differs by rank, and the
         state must be the same on every process."""
         shard = self.shard
-        length = getattr(shard.dataset, "__len__", None) if self.library is None else None
+        sized = self.library is None and isinstance(shard.dataset, Sized)
         return ShardingInfo(
             mode="shard",
             num_processes=shard.num_processes,
@@ -55,7 +55,7 @@ class StreamSource(ShardSource):
             even_batches=self.stream.even_batches,
             drop_last=drop_last,
             batch_size=shard.batch_size,
-            dataset_length=int(length()) if callable(length) else None,
+            dataset_length=len(shard.dataset) if sized else None,
             sampler=self.loader.kind.state_name,
         )
 

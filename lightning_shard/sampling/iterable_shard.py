@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import torch
 from torch.utils.data import IterableDataset
 
 from lightning_shard._checks import (
@@ -15,7 +14,7 @@ from lightning_shard._checks import (
     check_process_index,
     check_split_batch_size,
 )
-from lightning_shard.sampling.samplers import pass_epoch, takes_epoch
+from lightning_shard.sampling.samplers import dataset_generator, pass_epoch, takes_epoch
 from lightning_shard.sampling.stream_fingerprint import Fingerprinted, checked_step, fingerprint
 
 
@@ -107,8 +106,8 @@ class IterableDatasetShard(IterableDataset):
         """Seed the dataset's generator with the epoch, as ``__iter__`` does (a replay reads it too)."""
         # NOTE: as the reference, a dataset with a generator but no `set_epoch` is re-seeded with the
         # epoch, so every process draws the same stream.
-        generator = getattr(self.dataset, "generator", None)
-        if not takes_epoch(self.dataset) and isinstance(generator, torch.Generator):
+        generator = dataset_generator(self.dataset)
+        if generator is not None and not takes_epoch(self.dataset):
             generator.manual_seed(self.epoch)
 
     def resume(self, skip_steps: int = 0, skip_elements: int = 0) -> None:

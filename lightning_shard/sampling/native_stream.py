@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
 from typing import Any, Final, Literal, Protocol, TypeAlias, get_args, runtime_checkable
 
 from torch.utils.data import IterableDataset, get_worker_info
@@ -171,4 +171,4 @@ class SizedWorkerSplitStream(WorkerSplitStream):
 
 def split_among_workers(dataset: Any) -> Any:
     """``dataset`` read whole by one process, split among its workers by ``shard()`` (``WorkerSplitStream``)."""
-    return SizedWorkerSplitStream(dataset) if hasattr(dataset, "__len__") else WorkerSplitStream(dataset)
+    return SizedWorkerSplitStream(dataset) if isinstance(dataset, Sized) else WorkerSplitStream(dataset)

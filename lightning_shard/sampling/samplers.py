@@ -6,12 +6,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sized
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
 from lightning_shard._checks import check_non_negative, check_seed
+from lightning_shard.sampling.balance import EvenBatches
 from lightning_shard.sampling.permutation import KeyedPermutation
 
 _CHUNK_POSITIONS = 1 << 16
@@ -194,9 +195,21 @@ def sampler_kind(batch_sampler: Any) -> SamplerKind:
 
 class KnowsKind:
     """Mixin of an index source of ours that holds the ``SamplerKind`` of the user's batch sampler it reads
-    (``BatchSamplerShard``, ``SampleShard``): a cursor over it reads that kind, not the wrapper's."""
+    (``BatchSamplerShard``, ``SampleShard``): a cursor over it reads that kind, not the wrapper's, and how
+    it shards."""
 
     kind: SamplerKind
+    num_processes: int
+    split_batches: bool
+    even_batches: EvenBatches
+
+
+class ShardedAs(NamedTuple):
+    """How a wrapped batch sampler shards the user's: as one of ours says, else one process reads it whole."""
+
+    num_processes: int = 1
+    split_batches: bool = False
+    even_batches: EvenBatches = True
 
 
 @runtime_checkable
@@ -215,6 +228,13 @@ class SeekableBatchSampler(Protocol):
     def length_after(self, consumed: int) -> int:
         """How many batches this process yields once ``consumed`` batches of the wrapped sampler are gone."""
         ...
+
+
+def dataset_generator(dataset: Any) -> torch.Generator | None:
+    """The generator an iterable dataset carries as ``generator`` (the reference's convention: seeded with the
+    epoch and kept alike on every process), if any."""
+    generator = getattr(dataset, "generator", None)
+    return generator if isinstance(generator, torch.Generator) else None
 
 
 def takes_epoch(target: Any) -> bool:
@@ -254,10 +274,11 @@ class BatchSamplerWrapper(BatchSampler):  # type: ignore[misc]
     kind: SamplerKind
     seekable: bool
     """Whether the wrapped batch sampler seeks by arithmetic (a ``SeekableBatchSampler``)."""
+    sharded_as: ShardedAs
 
     def __init__(self, wrapped: Any) -> None:
         self.batch_sampler = wrapped
-        self.kind, self.seekable = wrapped_kind(wrapped)
+        self.kind, self.seekable, self.sharded_as = wrapped_kind(wrapped)
 
     @property
     def batch_size(self) -> int | None:  # type: ignore[override]
@@ -309,11 +330,15 @@ class SkipBatchSampler(BatchSamplerWrapper):
         return max(len(self.batch_sampler) - self.skip_batches, 0)
 
 
-def wrapped_kind(wrapped: Any) -> tuple[SamplerKind, bool]:
+def wrapped_kind(wrapped: Any) -> tuple[SamplerKind, bool, ShardedAs]:
     """The kind under a wrapper of ``wrapped`` (a shard of ours holds the kind of the user's batch sampler it
-    shards), and whether ``wrapped`` seeks by arithmetic (a ``SeekableBatchSampler``); asked once, when built."""
-    kind = wrapped.kind if isinstance(wrapped, KnowsKind) else sampler_kind(wrapped)
-    return kind, isinstance(wrapped, SeekableBatchSampler)
+    shards), whether ``wrapped`` seeks by arithmetic (a ``SeekableBatchSampler``) and how it shards; asked
+    once, when built."""
+    seekable = isinstance(wrapped, SeekableBatchSampler)
+    if isinstance(wrapped, KnowsKind):
+        sharded = ShardedAs(wrapped.num_processes, wrapped.split_batches, wrapped.even_batches)
+        return wrapped.kind, seekable, sharded
+    return sampler_kind(wrapped), seekable, ShardedAs()
 
 
 class SampleShard(KnowsKind):

@@ -189,20 +189,15 @@ _RECOGNISERS = {
     "sampler_kind",
     "wrapped_kind",
 }
-_CLASSIFIERS = {"loaders/kinds.py": None, "sampling/samplers.py": {"sampler_kind", "wrapped_kind"}}
+_CLASSIFIERS = {
+    "loaders/kinds.py": None,
+    "sampling/samplers.py": {"sampler_kind", "wrapped_kind", "dataset_generator"},
+}
 """The classifiers: a whole module, or functions of one."""
 _LIBRARY_MODULES = {
     "sampling/self_split.py", "sampling/litdata_stream.py", "sampling/webdataset_stream.py", "sampling/mosaic_stream.py",
     "sampling/torchdata_nodes.py",
 }  # fmt: skip
-_NOT_YET = {
-    "loaders/source.py": "a DataLoaderShard built directly over a bare batch sampler: its sharding read from it",
-    "sampling/native_stream.py": "a natively sharded share's length, if the user's dataset has one",
-    "sampling/iterable_shard.py": "the user's dataset's generator, the reference's convention",
-    "loaders/dispatch_source.py": "the user's dataset's generator, the reference's convention",
-    "loaders/strided_source.py": "a stream's dataset length, if it has one",
-}
-"""Modules still probing a part of the data after the classifier (issue 42, left): each with what it asks."""
 
 
 def _subject(node: ast.AST) -> bool:
@@ -269,7 +264,8 @@ def test_only_the_classifiers_decide_a_kind() -> None:
     to find it out again: no ``isinstance`` against their classes, ``type(x) is``, ``getattr`` / ``hasattr``
     probe, or kind inferred from a missing part, outside them and the libraries' own recognising modules
     (``prepare.py`` and the constructors of a directly built loader call ``classify``, the one entry point).
-    ``_NOT_YET`` names the modules that still probe, each with what it asks."""
+    An ability is asked as an ``isinstance`` against an abstract one (``Sized``), an attribute forwarded by a
+    name passed in (``__getattr__``) is not a probe."""
     callers = {
         "prepare.py": {"classify(...)", "classify_iterable(...)"},
         "loaders/shard.py": {"classify(...)"},
@@ -281,11 +277,7 @@ def test_only_the_classifiers_decide_a_kind() -> None:
     found = {}
     for path in PACKAGE.rglob("*.py"):
         name = path.relative_to(PACKAGE).as_posix()
-        if (
-            name in _LIBRARY_MODULES
-            or name in _NOT_YET
-            or (name in _CLASSIFIERS and _CLASSIFIERS[name] is None)
-        ):
+        if name in _LIBRARY_MODULES or (name in _CLASSIFIERS and _CLASSIFIERS[name] is None):
             continue
         inspections = set(_inspections(ast.parse(path.read_text()), _CLASSIFIERS.get(name))) - callers.get(
             name, set()
@@ -293,12 +285,6 @@ def test_only_the_classifiers_decide_a_kind() -> None:
         if inspections:
             found[name] = sorted(inspections)
     assert found == {}, found
-
-
-def test_the_modules_not_yet_done_still_probe() -> None:
-    """A module of ``_NOT_YET`` that no longer probes leaves the table (so the table only shrinks)."""
-    for name in _NOT_YET:
-        assert _inspections(ast.parse((PACKAGE / name).read_text())), f"{name} no longer probes: remove it"
 
 
 def test_an_inspection_is_found() -> None:
