@@ -16,7 +16,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from lightning_shard.audit import AuditReport, ShardAudit, sharding_allowances
+from lightning_shard.audit import AuditReport, ShardAudit, sharding_allowances, summary_line
 from lightning_shard.comm.collectives import all_true
 from lightning_shard.lightning.stages import ShardLoader, flatten_loaders, is_shard_loader
 from lightning_shard.log import info
@@ -66,21 +66,17 @@ class EpochAudit:
     @property
     def ok(self) -> bool:
         """No duplicates beyond the padding, and no missing samples beyond those allowed."""
-        report = self.report
-        return not report.excess_duplicates and (not self.complete or not report.excess_missing)
+        return not self.report.problems(check_missing=self.complete)
 
     def summary(self) -> str:
         """The line rank 0 logs: the counts, then OK or the problems with example indices."""
-        report = self.report
-        counts = (
-            f"shard audit, epoch {self.epoch}: {report.dataset_length} samples, {report.covered} covered, "
-            f"{report.duplicates} duplicates ({report.allowed_padding} allowed as padding), "
-            f"{report.missing} missing ({self._missing_allowed()})"
+        heading = f"shard audit, epoch {self.epoch}"
+        note = (
+            f", {self.recorded_before} of the records from before the resume" if self.recorded_before else ""
         )
-        if self.recorded_before:
-            counts += f", {self.recorded_before} of the records from before the resume"
-        problems = self.report.problems(check_missing=self.complete)
-        return f"{counts}: {'PROBLEM: ' + '; '.join(problems) if problems else 'OK'}"
+        return summary_line(
+            self.report, heading, self._missing_allowed(), check_missing=self.complete, note=note
+        )
 
     def _missing_allowed(self) -> str:
         if not self.complete:
