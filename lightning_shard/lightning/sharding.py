@@ -26,11 +26,14 @@ from lightning_shard.lightning._private import (
     disable_sampler_injection,
     sampler_injection_enabled,
 )
-from lightning_shard.lightning.audit_callback import EpochAudit, ShardAuditCallback
 from lightning_shard.lightning.checkpoints import EvaluationResumeHook, LightningResumeHook
 from lightning_shard.lightning.compat import check_lightning_version
 from lightning_shard.lightning.continuity import TrainingLoaderRounds
-from lightning_shard.lightning.epoch_callback import ShardEpochCallback, ShardRandomStatesCallback
+from lightning_shard.lightning.epoch_callback import (
+    ShardAuditCallback,
+    ShardEpochCallback,
+    ShardRandomStatesCallback,
+)
 from lightning_shard.lightning.left_as_is import checked
 from lightning_shard.lightning.plan import ShardPlan, left_alone_plan, plan_for
 from lightning_shard.lightning.prediction import PredictionGatherer
@@ -54,7 +57,6 @@ from lightning_shard.lightning.torchrun import warn_about_store_sharing
 from lightning_shard.loaders.kinds import classify_iterable, is_data_loader
 from lightning_shard.loaders.position import LeftAsItIs
 from lightning_shard.loaders.state import STATE_FORMAT
-from lightning_shard.loaders.streams import StreamReport
 from lightning_shard.log import info, warn
 from lightning_shard.optim import ShardOptimizer
 from lightning_shard.options import ShardOptions, StrategyOptions
@@ -95,15 +97,13 @@ class StrategySharding:
         self._stepping = False
         self._resumed_batches = 0
         self._rounds = TrainingLoaderRounds()
-        self._epoch_callback = ShardEpochCallback(self._rounds)
-        self._audit = ShardAuditCallback(raise_on_problem=self.strategy_options.audit_raise)
-        self.stream_reports: list[StreamReport] = self._epoch_callback.stream_reports
-        self.audits: list[EpochAudit] = self._audit.audits
+        self.epoch_callback = ShardEpochCallback(self._rounds)
+        self.audit = ShardAuditCallback(raise_on_problem=self.strategy_options.audit_raise)
         # NOTE: bound methods, not lambdas: a strategy is pickled into the processes `"shard_spawn"` starts.
         predictions = PredictionGatherer(strategy.data_parallel_topology, self._predict_split_batches)
-        self.callbacks: list[Callback] = [self._epoch_callback, ShardRandomStatesCallback()]
+        self.callbacks: list[Callback] = [self.epoch_callback, ShardRandomStatesCallback()]
         """The callbacks ``connect`` adds to the trainer."""
-        self.callbacks += [self._audit] if self.strategy_options.audit else []
+        self.callbacks += [self.audit] if self.strategy_options.audit else []
         self.callbacks += [predictions] if self.strategy_options.gather_predictions else []
 
     # -- where we are -------------------------------------------------------------------------------
@@ -197,17 +197,17 @@ class StrategySharding:
         if is_shard_loader(loader):
             loader.set_epoch(trainer.current_epoch)
             loader.resume_hook = LightningResumeHook(
-                trainer, loader, resharded=functools.partial(self._epoch_callback.reload_next_epoch, trainer)
+                trainer, loader, resharded=functools.partial(self.epoch_callback.reload_next_epoch, trainer)
             )
             if self.strategy_options.audit:
-                self._audit.watch(loader, records=self._strategy.global_rank in topology.leaders)
+                self.audit.watch(loader, records=self._strategy.global_rank in topology.leaders)
         return loader
 
     def _handed_back(self, loader: ShardLoader) -> ShardLoader:
         """A training loader of ours that a reload hands back, put in the trainer's epoch before Lightning
         measures it (still in a resumed epoch, it would count that epoch's steps taken plus steps left)."""
         self._rounds.keep(loader)
-        self._epoch_callback.align(self.trainer, loader)
+        self.epoch_callback.align(self.trainer, loader)
         return loader
 
     def stepping(self, optimizer: Optimizer, precision_plugin: object) -> AbstractContextManager[Any]:

@@ -26,7 +26,7 @@ from lightning_shard.comm.collectives import destroy_group_at_exit
 from lightning_shard.comm.random_states import own_part, own_state, restore, resume_notice
 from lightning_shard.comm.topology import Topology, mesh_topology
 from lightning_shard.lightning._private import RegisteredNames, callback_state, replace_callback_state
-from lightning_shard.lightning.audit_callback import EpochAudit
+from lightning_shard.lightning.epoch_callback import EpochAudit
 from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.plan import ShardPlan
 from lightning_shard.lightning.random_state_files import (
@@ -150,12 +150,12 @@ class ShardingHooks(RegisteredNames, ParallelStrategy):
     @property
     def stream_reports(self) -> list[StreamReport]:
         """Each finished training epoch's report of a stream: samples read, padded, left unseen, per process."""
-        return self._sharding.stream_reports
+        return self._sharding.epoch_callback.stream_reports
 
     @property
     def audits(self) -> list[EpochAudit]:
         """The audit of each training epoch so far (with ``audit=True``; the same on every process)."""
-        return self._sharding.audits
+        return self._sharding.audit.audits
 
     @property
     def loaders_left_alone(self) -> bool:
