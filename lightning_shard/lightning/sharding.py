@@ -210,7 +210,11 @@ class StrategySharding:
             return prepared
         position = len(self._rounds.current)
         if is_shard_loader(dataloader):
-            loader: DataLoader = self._handed_back(dataloader)
+            # NOTE: a loader of ours that a reload hands back, put in the trainer's epoch before Lightning
+            # measures it (still in a resumed epoch, it would count that epoch's steps taken plus steps left).
+            self._rounds.keep(dataloader)
+            self.epoch_callback.align(trainer, dataloader)
+            loader: DataLoader = dataloader
         else:
             loader = self._training_loader(dataloader, options, topology, device)
         if is_shard_loader(loader):
@@ -237,13 +241,6 @@ class StrategySharding:
             )
             if self.strategy_options.audit:
                 self.audit.watch(loader, records=self._strategy.global_rank in topology.leaders)
-        return loader
-
-    def _handed_back(self, loader: ShardLoader) -> ShardLoader:
-        """A training loader of ours that a reload hands back, put in the trainer's epoch before Lightning
-        measures it (still in a resumed epoch, it would count that epoch's steps taken plus steps left)."""
-        self._rounds.keep(loader)
-        self.epoch_callback.align(self.trainer, loader)
         return loader
 
     def stepping(self, optimizer: Optimizer, precision_plugin: object) -> AbstractContextManager[Any]:
