@@ -30,11 +30,11 @@ from lightning_shard.lightning._private import (
     training_batches_ready,
 )
 from lightning_shard.lightning.compat import check_lightning_version
-from lightning_shard.lightning.continuity import TrainingLoaderRounds
 from lightning_shard.lightning.epoch_callback import (
     ShardAuditCallback,
     ShardEpochCallback,
     ShardRandomStatesCallback,
+    TrainingLoaderRounds,
 )
 from lightning_shard.lightning.left_as_is import checked
 from lightning_shard.lightning.plan import ShardPlan, left_alone_plan, plan_for
