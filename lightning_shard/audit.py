@@ -64,17 +64,11 @@ class AuditReport:
 
     @property
     def ok(self) -> bool:
-        return not self.excess_duplicates and not self.excess_missing
+        return not self.problems()
 
     def summary(self) -> str:
         """One line: the counts, then OK or the problems with example indices."""
-        counts = (
-            f"shard audit: {self.dataset_length} samples, {self.covered} covered, "
-            f"{self.duplicates} duplicates ({self.allowed_padding} allowed as padding), "
-            f"{self.missing} missing ({self.allowed_missing} allowed by drop_last)"
-        )
-        problems = self.problems()
-        return f"{counts}: {'PROBLEM: ' + '; '.join(problems) if problems else 'OK'}"
+        return summary_line(self, "shard audit", f"{self.allowed_missing} allowed by drop_last")
 
     __str__ = summary
 
@@ -317,6 +311,19 @@ def sharding_allowances(info: ShardingInfo, length: int) -> tuple[int, int]:
         even_batches=info.even_batches,
         drop_last=info.drop_last,
         dispatch=info.mode == "dispatch",
+    )
+
+
+def summary_line(
+    report: AuditReport, heading: str, missing_allowed: str, *, check_missing: bool = True, note: str = ""
+) -> str:
+    """``heading``, ``report``'s counts (the allowed missing samples in the words of ``missing_allowed``) and
+    ``note``, then OK or the problems with example indices (missing samples not one without ``check_missing``)."""
+    problems = report.problems(check_missing)
+    return (
+        f"{heading}: {report.dataset_length} samples, {report.covered} covered, {report.duplicates} duplicates "
+        f"({report.allowed_padding} allowed as padding), {report.missing} missing ({missing_allowed}){note}: "
+        f"{'PROBLEM: ' + '; '.join(problems) if problems else 'OK'}"
     )
 
 

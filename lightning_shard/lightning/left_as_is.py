@@ -47,9 +47,8 @@ class FirstBatchChecked:
 
     def __getattr__(self, name: str) -> Any:
         """The iterable's own attributes (``sampler`` / ``batch_sampler``, which Lightning sets the epoch on)."""
-        if (
-            name.startswith("__") or name == "iterable"
-        ):  # NOTE: not while unpickling, before `iterable` is set
+        # NOTE: not while unpickling, before `iterable` is set.
+        if name.startswith("__") or name == "iterable":
             raise AttributeError(name)
         return getattr(self.iterable, name)
 

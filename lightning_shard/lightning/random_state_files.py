@@ -46,11 +46,8 @@ def read_own(io: CheckpointIO, path: Location, entry: dict[str, Any], **load_opt
     """``entry``, or where it is another process's states saved by as many processes, this process's own,
     read from beside the checkpoint with ``load_options`` (a warning when they are not there)."""
     rank = global_rank()
-    if (
-        entry.get("version") != PER_PROCESS
-        or entry.get("world_size") != world_size()
-        or entry.get("rank") == rank
-    ):
+    saved_per_process = entry.get("version") == PER_PROCESS and entry.get("world_size") == world_size()
+    if not saved_per_process or entry.get("rank") == rank:
         return entry
     candidates = [os.path.join(folder, _part_name(rank)) for folder in _folders(path, entry)]
     for part in candidates:

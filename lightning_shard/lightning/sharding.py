@@ -1,10 +1,12 @@
 """``StrategySharding``: what every ``Shard*`` strategy adds to Lightning's, in one object it holds and
-calls from short overrides of Lightning's hooks (``ShardingHooks``; docs/DESIGN.md, "Lightning adapter")."""
+calls from short overrides of Lightning's hooks (``ShardingHooks``; docs/DESIGN.md, "Lightning adapter"); and
+the ``ResumeHook``s of its loaders, which say what a saved loader state holds (exact mid-epoch resumption
+through Lightning's checkpoints: docs/DESIGN.md, "Global state", "Elastic resume")."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
@@ -25,12 +27,15 @@ from lightning_shard.lightning._private import (
     checkpoint_loader_states,
     disable_sampler_injection,
     sampler_injection_enabled,
+    training_batches_ready,
 )
-from lightning_shard.lightning.audit_callback import EpochAudit, ShardAuditCallback
-from lightning_shard.lightning.checkpoints import EvaluationResumeHook, LightningResumeHook
 from lightning_shard.lightning.compat import check_lightning_version
-from lightning_shard.lightning.continuity import TrainingLoaderRounds
-from lightning_shard.lightning.epoch_callback import ShardEpochCallback, ShardRandomStatesCallback
+from lightning_shard.lightning.epoch_callback import (
+    ShardAuditCallback,
+    ShardEpochCallback,
+    ShardRandomStatesCallback,
+    TrainingLoaderRounds,
+)
 from lightning_shard.lightning.left_as_is import checked
 from lightning_shard.lightning.plan import ShardPlan, left_alone_plan, plan_for
 from lightning_shard.lightning.prediction import PredictionGatherer
@@ -52,9 +57,8 @@ from lightning_shard.lightning.stages import (
 )
 from lightning_shard.lightning.torchrun import warn_about_store_sharing
 from lightning_shard.loaders.kinds import classify_iterable, is_data_loader
-from lightning_shard.loaders.position import LeftAsItIs
+from lightning_shard.loaders.position import Consumed, LeftAsItIs
 from lightning_shard.loaders.state import STATE_FORMAT
-from lightning_shard.loaders.streams import StreamReport
 from lightning_shard.log import info, warn
 from lightning_shard.optim import ShardOptimizer
 from lightning_shard.options import ShardOptions, StrategyOptions
@@ -70,6 +74,40 @@ class HostStrategy(Protocol):
     def global_rank(self) -> int: ...
 
     def data_parallel_topology(self) -> Topology: ...
+
+
+class LightningResumeHook:
+    """A ``ResumeHook`` that reads what ``trainer``'s fit loop consumed of the training ``loader``; the loader
+    calls ``resharded`` when it loads a state written by another number of processes."""
+
+    def __init__(self, trainer: pl.Trainer, loader: ShardLoader, *, resharded: Callable[[], None]) -> None:
+        self.trainer = trainer
+        self.loader = loader
+        self.resharded = resharded
+
+    def consumed(self) -> Consumed:
+        """The training steps taken in the epoch; the epoch is over once Lightning saw its last batch."""
+        ready, last = training_batches_ready(self.trainer)
+        if last:
+            return Consumed(ready, epoch_finished=True, next_epoch=self.trainer.current_epoch + 1)
+        loaders = flatten_loaders(self.trainer.train_dataloader)
+        yielded = [loader.steps_taken for loader in loaders if is_shard_loader(loader)]
+        if len(yielded) <= 1:
+            return Consumed(ready)
+        # NOTE: the loader that has not cycled yielded once per step fetched: its excess over the steps
+        # taken is Lightning's read-ahead, the same for every loader of the combined step.
+        ahead = max(yielded) - ready
+        return Consumed(max(self.loader.steps_taken - ahead, 0))
+
+
+class EvaluationResumeHook:
+    """A ``ResumeHook`` for validation / test / predict loaders: their saved state is their epoch's start."""
+
+    def consumed(self) -> Consumed:
+        return Consumed(0)
+
+    def resharded(self) -> None:
+        """Nothing to realign: Lightning measures evaluation loaders at every run."""
 
 
 class StrategySharding:
@@ -95,15 +133,13 @@ class StrategySharding:
         self._stepping = False
         self._resumed_batches = 0
         self._rounds = TrainingLoaderRounds()
-        self._epoch_callback = ShardEpochCallback(self._rounds)
-        self._audit = ShardAuditCallback(raise_on_problem=self.strategy_options.audit_raise)
-        self.stream_reports: list[StreamReport] = self._epoch_callback.stream_reports
-        self.audits: list[EpochAudit] = self._audit.audits
+        self.epoch_callback = ShardEpochCallback(self._rounds)
+        self.audit = ShardAuditCallback(raise_on_problem=self.strategy_options.audit_raise)
         # NOTE: bound methods, not lambdas: a strategy is pickled into the processes `"shard_spawn"` starts.
         predictions = PredictionGatherer(strategy.data_parallel_topology, self._predict_split_batches)
-        self.callbacks: list[Callback] = [self._epoch_callback, ShardRandomStatesCallback()]
+        self.callbacks: list[Callback] = [self.epoch_callback, ShardRandomStatesCallback()]
         """The callbacks ``connect`` adds to the trainer."""
-        self.callbacks += [self._audit] if self.strategy_options.audit else []
+        self.callbacks += [self.audit] if self.strategy_options.audit else []
         self.callbacks += [predictions] if self.strategy_options.gather_predictions else []
 
     # -- where we are -------------------------------------------------------------------------------
@@ -174,7 +210,11 @@ class StrategySharding:
             return prepared
         position = len(self._rounds.current)
         if is_shard_loader(dataloader):
-            loader: DataLoader = self._handed_back(dataloader)
+            # NOTE: a loader of ours that a reload hands back, put in the trainer's epoch before Lightning
+            # measures it (still in a resumed epoch, it would count that epoch's steps taken plus steps left).
+            self._rounds.keep(dataloader)
+            self.epoch_callback.align(trainer, dataloader)
+            loader: DataLoader = dataloader
         else:
             loader = self._training_loader(dataloader, options, topology, device)
         if is_shard_loader(loader):
@@ -197,17 +237,10 @@ class StrategySharding:
         if is_shard_loader(loader):
             loader.set_epoch(trainer.current_epoch)
             loader.resume_hook = LightningResumeHook(
-                trainer, loader, resharded=functools.partial(self._epoch_callback.reload_next_epoch, trainer)
+                trainer, loader, resharded=functools.partial(self.epoch_callback.reload_next_epoch, trainer)
             )
             if self.strategy_options.audit:
-                self._audit.watch(loader, records=self._strategy.global_rank in topology.leaders)
-        return loader
-
-    def _handed_back(self, loader: ShardLoader) -> ShardLoader:
-        """A training loader of ours that a reload hands back, put in the trainer's epoch before Lightning
-        measures it (still in a resumed epoch, it would count that epoch's steps taken plus steps left)."""
-        self._rounds.keep(loader)
-        self._epoch_callback.align(self.trainer, loader)
+                self.audit.watch(loader, records=self._strategy.global_rank in topology.leaders)
         return loader
 
     def stepping(self, optimizer: Optimizer, precision_plugin: object) -> AbstractContextManager[Any]:
