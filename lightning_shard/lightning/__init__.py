@@ -10,16 +10,13 @@ from lightning.pytorch.strategies import StrategyRegistry
 
 from lightning_shard.lightning.datamodule import ShardDataModule
 from lightning_shard.lightning.epoch_callback import EpochAudit, ShardAuditCallback, ShardEpochCallback
+from lightning_shard.lightning.fabric import ShardFabricStrategy
+from lightning_shard.lightning.fsdp import ShardFSDPStrategy
+from lightning_shard.lightning.model_parallel import ShardModelParallelStrategy
 from lightning_shard.lightning.plain_checkpoint import to_plain_checkpoint
 from lightning_shard.lightning.plan import ShardPlan
 from lightning_shard.lightning.prediction import ShardPredictionWriter
-from lightning_shard.lightning.strategy import (
-    ShardFabricStrategy,
-    ShardFSDPStrategy,
-    ShardingHooks,
-    ShardModelParallelStrategy,
-    ShardStrategy,
-)
+from lightning_shard.lightning.strategy import ShardingHooks, ShardStrategy
 
 for _strategy in (ShardStrategy, ShardModelParallelStrategy, ShardFSDPStrategy):
     _strategy.register_strategies(StrategyRegistry)
