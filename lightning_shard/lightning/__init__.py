@@ -8,8 +8,9 @@ Lightning's own strategy modules register theirs, so ``Trainer(strategy="shard")
 from lightning.fabric.strategies import STRATEGY_REGISTRY
 from lightning.pytorch.strategies import StrategyRegistry
 
+from lightning_shard.lightning.audit_callback import EpochAudit, ShardAuditCallback
 from lightning_shard.lightning.datamodule import ShardDataModule
-from lightning_shard.lightning.epoch_callback import EpochAudit, ShardAuditCallback, ShardEpochCallback
+from lightning_shard.lightning.epoch_callback import ShardEpochCallback
 from lightning_shard.lightning.fabric import ShardFabricStrategy
 from lightning_shard.lightning.fsdp import ShardFSDPStrategy
 from lightning_shard.lightning.model_parallel import ShardModelParallelStrategy

@@ -16,7 +16,8 @@ from lightning_shard.lightning._private import (
     saved_callback_states,
     saved_loader_states,
 )
-from lightning_shard.lightning.epoch_callback import ShardAuditCallback, ShardRandomStatesCallback
+from lightning_shard.lightning.audit_callback import ShardAuditCallback
+from lightning_shard.lightning.epoch_callback import ShardRandomStatesCallback
 from lightning_shard.loaders.state import STATE_FORMAT
 
 OUR_CALLBACK_KEYS = (ShardRandomStatesCallback().state_key, ShardAuditCallback.__qualname__)

@@ -29,9 +29,9 @@ from lightning_shard.lightning._private import (
     sampler_injection_enabled,
     training_batches_ready,
 )
+from lightning_shard.lightning.audit_callback import ShardAuditCallback
 from lightning_shard.lightning.compat import check_lightning_version
 from lightning_shard.lightning.epoch_callback import (
-    ShardAuditCallback,
     ShardEpochCallback,
     ShardRandomStatesCallback,
     TrainingLoaderRounds,

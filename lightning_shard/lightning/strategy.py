@@ -19,7 +19,7 @@ from typing_extensions import override
 from lightning_shard.comm.collectives import destroy_group_at_exit
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import RegisteredNames, callback_state, replace_callback_state
-from lightning_shard.lightning.epoch_callback import EpochAudit
+from lightning_shard.lightning.audit_callback import EpochAudit
 from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.plan import ShardPlan
 from lightning_shard.lightning.random_state_files import (

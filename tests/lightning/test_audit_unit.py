@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader
 
 from lightning_shard import ShardAudit, prepare_data_loader
 from lightning_shard.lightning import EpochAudit, ShardStrategy
-from lightning_shard.lightning.epoch_callback import IndexTap, ShardAuditCallback, _epoch_audit
+from lightning_shard.lightning.audit_callback import IndexTap, ShardAuditCallback, _epoch_audit
 from tests.helpers.lightning_app import SizedRecordStream, loader
 
 
