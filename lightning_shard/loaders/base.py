@@ -79,14 +79,9 @@ class ResumableLoader(DataLoader):
         """The end agreement of a loader over a stream (and each process's position in a share of its own)."""
         return self.source.stream
 
-    _cursor: EpochCursor | None = None
-    """The ``EpochCursor`` the loader's class made when it was built, where its kind put it (``None``: the kind
-    reads no indices)."""
-
-    @property
-    def cursor(self) -> EpochCursor | None:
-        """The index source that makes map-style resumption arithmetic (``None`` for iterable data)."""
-        return self._cursor
+    cursor: EpochCursor | None = None
+    """The index source that makes map-style resumption arithmetic: the ``EpochCursor`` the loader's class made
+    when it was built, where its kind put it (``None``: the kind reads no indices, as for iterable data)."""
 
     @property
     def sharding(self) -> ShardingInfo:

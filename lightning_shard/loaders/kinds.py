@@ -107,12 +107,9 @@ def classify_iterable(
     """
     name = type(iterable).__name__
     declared_split = getattr(iterable, "splits_by_rank", None)
-    if declared_split is True:
-        return LeftAsItIs(name, "it declares `splits_by_rank = True`", checked=False)
-    if declared_split is False:
-        return LeftAsItIs(
-            name, "it declares `splits_by_rank = False`: every process reads all of it", checked=False
-        )
+    if isinstance(declared_split, bool):
+        whole = "" if declared_split else ": every process reads all of it"
+        return LeftAsItIs(name, f"it declares `splits_by_rank = {declared_split}`{whole}", checked=False)
     if not is_node_graph(iterable):
         stateful = callable(getattr(iterable, "state_dict", None)) and callable(
             getattr(iterable, "load_state_dict", None)

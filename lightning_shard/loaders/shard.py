@@ -92,7 +92,7 @@ class DataLoaderShard(ResumableLoader):
         if stream_ends is not None and kind.stream_ends is not None:
             kind = dataclasses.replace(kind, stream_ends=stream_ends)
         self.kind = kind
-        kwargs, self._cursor = _with_cursor(self.kind, dataset, kwargs)
+        kwargs, self.cursor = _with_cursor(self.kind, dataset, kwargs)
         init_data_loader(self, dataset, **kwargs)
         self.device = None if device is None else torch.device(device)
         self.non_blocking = non_blocking
@@ -197,7 +197,7 @@ class DataLoaderDispatcher(ResumableLoader):
             )
         self.kind = kind if kind is not None else classify(dataset, dispatch=True, built=kwargs)
         if self.kind.indexed:
-            self._cursor = kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
+            self.cursor = kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
         init_data_loader(self, dataset, **kwargs)
         self.device = None if device is None else torch.device(device)
         self.split_batches = split_batches
@@ -277,12 +277,11 @@ def _with_cursor(
             collate = default_collate if kwargs.get("batch_size", 1) is not None else default_convert
         kwargs["collate_fn"] = CollateFingerprinted(collate)
     cursor = None
-    if kind.index_shape in ("samples", "sampler"):
-        cursor = kwargs["sampler"] = EpochCursor(kwargs["sampler"])
-    elif kind.index_shape == "batches" and kwargs.get("batch_sampler") is not None:
-        cursor = kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
-    elif kind.index_shape == "batches":
-        cursor = kwargs["batch_sampler"] = EpochCursor(_default_batch_sampler(dataset, kwargs))
+    if kind.indexed:
+        slot = "batch_sampler" if kind.index_shape == "batches" else "sampler"
+        index = kwargs.get(slot)
+        index = index if index is not None else _default_batch_sampler(dataset, kwargs)
+        cursor = kwargs[slot] = EpochCursor(index)
     return kwargs, cursor
 
 

@@ -174,15 +174,7 @@ class StridedSource(StreamSource):
             num_workers=workers,
             **{name: getattr(loader, name) for name in _WORKER_SETTINGS},
         )
-        rest = IterableDatasetShard(
-            order,
-            batch_size=shard.batch_size,
-            drop_last=shard.drop_last,
-            num_processes=shard.num_processes,
-            process_index=shard.process_index,
-            split_batches=shard.split_batches,
-            even_batches=shard.even_batches,
-        )
+        rest = shard.over(order)
         rest.resume(skip_steps=start.start)
         return iter(
             DataLoader(
