@@ -12,12 +12,7 @@ from torch.utils.data import BatchSampler, DataLoader
 from lightning_shard._checks import check_non_negative, check_split_batch_size
 from lightning_shard.comm.collectives import broadcast_object, is_distributed, world_size
 from lightning_shard.comm.topology import Topology, resolve_topology
-from lightning_shard.loaders.base import (
-    carry_user_attributes,
-    loader_settings,
-    user_loader_class,
-    with_user_class,
-)
+from lightning_shard.loaders.base import built_as_user_class, loader_settings
 from lightning_shard.loaders.kinds import (
     classify,
     classify_iterable,
@@ -115,7 +110,7 @@ def prepare_with_options(
     if rng_types is not None:
         # NOTE: less "generator" when there is none to synchronise, as the reference.
         rng_types = [name for name in rng_types if name != "generator" or generator is not None]
-    return _construct(
+    return built_as_user_class(
         DataLoaderShard,
         dataloader,
         dataset,
@@ -274,7 +269,7 @@ def _build_dispatcher(
         # NOTE: a one-process shard is the batch sampler itself, plus arithmetic skipping on resume.
         batch_sampler = _recorded(user_batch_sampler(dataloader), options)
         kwargs["batch_sampler"] = BatchSamplerShard(batch_sampler, even_batches=False)
-    return _construct(
+    return built_as_user_class(
         DataLoaderDispatcher,
         dataloader,
         dataset,
@@ -308,13 +303,4 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
         return skipped
     loader = prepare_with_options(dataloader, ShardOptions(), Topology(1, 0))
     loader.resumption.skip(num_batches)
-    return loader
-
-
-def _construct(base: type, dataloader: DataLoader, dataset: Any, **kwargs: Any) -> Any:
-    """``base`` over ``dataset``; a user's ``DataLoader`` subclass stays one, with its attributes."""
-    user = user_loader_class(dataloader)
-    loader = with_user_class(base, user)(dataset, **kwargs)
-    if user is not None:
-        carry_user_attributes(loader, dataloader)
     return loader

@@ -239,11 +239,5 @@ def _stream_epoch_workers(saved: LoaderState, info: ShardingInfo, num_workers: i
 
 class WorkerCountWarning(UserWarning):
     """A stream's epoch resumed under another ``num_workers`` finishes with the count it was saved with (its
-    split among workers cannot change mid-epoch); the next epoch uses the loader's own ``num_workers``."""
-
-    def __init__(self, message: str) -> None:
-        """
-        Args:
-            message: the saved and the current worker counts.
-        """
-        super().__init__(message)
+    split among workers cannot change mid-epoch); the next epoch uses the loader's own ``num_workers``. Its
+    message gives the saved and the current worker counts."""
