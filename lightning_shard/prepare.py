@@ -298,9 +298,8 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
     """
     check_non_negative("num_batches", num_batches)
     if is_prepared(dataloader):
-        skipped = dataloader.fresh_copy()
-        skipped.resumption.skip(num_batches, dataloader.epoch)
-        return skipped
-    loader = prepare_with_options(dataloader, ShardOptions(), Topology(1, 0))
-    loader.resumption.skip(num_batches)
+        loader, epoch = dataloader.fresh_copy(), dataloader.epoch
+    else:
+        loader, epoch = prepare_with_options(dataloader, ShardOptions(), Topology(1, 0)), None
+    loader.resumption.skip(num_batches, epoch)
     return loader

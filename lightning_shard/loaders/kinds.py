@@ -111,12 +111,11 @@ def classify_iterable(
         whole = "" if declared_split else ": every process reads all of it"
         return LeftAsItIs(name, f"it declares `splits_by_rank = {declared_split}`{whole}", checked=False)
     if not is_node_graph(iterable):
-        stateful = callable(getattr(iterable, "state_dict", None)) and callable(
-            getattr(iterable, "load_state_dict", None)
+        stateful = all(
+            callable(getattr(iterable, method, None)) for method in ("state_dict", "load_state_dict")
         )
-        return LeftAsItIs(
-            name, "not a `DataLoader` nor a recognised pipeline", checked=True, stateful=stateful
-        )
+        reason = "not a `DataLoader` nor a recognised pipeline"
+        return LeftAsItIs(name, reason, checked=True, stateful=stateful)
     graph = read_graph(iterable)
     if graph.root_kind != "weighted":
         return graph

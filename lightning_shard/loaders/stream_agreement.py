@@ -176,9 +176,7 @@ class Agreement:
         """Bytes this process all-reduced in its checks so far."""
 
     def start(self, ended: bool, empty: bool, digest: int = 0) -> None:
-        values = (
-            [int(ended), int(empty), digest, digest * digest] if self.digests else [int(ended), int(empty)]
-        )
+        values = [int(ended), int(empty)] + ([digest, digest * digest] if self.digests else [])
         flags = torch.tensor(values, dtype=torch.int64, device=communication_device())
         self.sent += flags.numel() * flags.element_size()
         self._pending = (flags, dist.all_reduce(flags, async_op=True))

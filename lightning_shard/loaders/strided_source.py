@@ -83,10 +83,8 @@ class ShareSource(StreamSource):
     shard: NativeStreamShard
 
     def batches(self, start: Position) -> Batches:
-        loader = self.loader
-        rows = rows_of(loader)
         read = functools.partial(self._read, start.workers)
-        return self.stream.batches(read(), read, rows, start, moving(loader))
+        return self.stream.batches(read(), read, rows_of(self.loader), start, moving(self.loader))
 
     def _read(self, workers: int | None) -> Iterator[Any]:
         """A pass over the share (the library told first, in this process: ``SelfSplit.before_pass``)."""
