@@ -51,8 +51,9 @@ def classify(
     dispatches an iterable dataset when ``put_on_device``; ``uneven``: a stream's ends without ``even_batches``);
     with ``built``, the ``DataLoader`` arguments of a loader the seed's constructors build directly over
     ``dataloader``, then a dataset or a shard of one: what it is built over decides (``dispatch``: a
-    ``DataLoaderDispatcher``). Raises, naming the fix, on a loader that is not a ``DataLoader`` or is sharded
-    already, or on a stream that cannot be read as asked."""
+    ``DataLoaderDispatcher``). Raises, naming the fix, on a ``DataLoader`` that is prepared or sharded already,
+    or on a stream that cannot be read as asked (what is not a ``DataLoader`` was refused, or read as a
+    torchdata.nodes graph's root, by ``prepare_with_options``)."""
     if built is not None:
         return _built(dataloader, built, bool(dispatch))
     _check_unsharded(dataloader)
@@ -166,12 +167,8 @@ def user_batch_sampler(dataloader: DataLoader) -> Any:
     return dataloader.batch_sampler
 
 
-def _check_unsharded(dataloader: Any) -> None:
-    if not isinstance(dataloader, DataLoader):
-        raise TypeError(
-            f"`dataloader` must be a `torch.utils.data.DataLoader`, got {type(dataloader).__name__}. "
-            "Wrap your dataset first: `DataLoader(dataset, batch_size=...)`."
-        )
+def _check_unsharded(dataloader: DataLoader) -> None:
+    # NOTE: a `DataLoader`: what is not one is a torchdata.nodes graph, or refused, before it is classified.
     if isinstance(dataloader, ResumableLoader):
         raise ValueError(
             f"`dataloader` is already prepared ({type(dataloader).__name__}); preparing it again would "
