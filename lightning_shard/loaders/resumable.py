@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
+from lightning_shard._checks import check_non_negative
 from lightning_shard.comm.collectives import is_distributed, world_size
 from lightning_shard.loaders.position import Position, Progress, ResumeHook, ShardingInfo
 from lightning_shard.loaders.state import (
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
 
 class Resumption:
     """A loader's epochs and position over its ``source``: applies a restore at the next ``iter()`` (the first
-    one skips ``skip_batches`` steps), and saves the position."""
+    one skips ``skip_batches`` steps; a ``ValueError`` / ``TypeError`` if that is not a count), and saves the
+    position."""
 
     def __init__(self, source: BatchSource, *, skip_batches: int = 0) -> None:
         self.source = source
@@ -35,7 +37,7 @@ class Resumption:
         """A restore (``load_state_dict``, a skip) that the next ``iter()`` applies."""
         self.resume_hook: ResumeHook | None = None
         self.remainder = -1
-        if skip_batches:
+        if check_non_negative("skip_batches", skip_batches):
             self.skip(skip_batches)
 
     @property

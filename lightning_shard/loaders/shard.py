@@ -14,7 +14,6 @@ import torch.distributed as dist
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler, default_collate, default_convert
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from lightning_shard._checks import check_non_negative
 from lightning_shard.comm.collectives import is_distributed
 from lightning_shard.comm.rng import normalize_rng_types
 from lightning_shard.comm.topology import Topology, resolve_topology
@@ -86,7 +85,6 @@ class DataLoaderShard(ResumableLoader):
         kind: DataKind | None = None,
         **kwargs: Any,
     ) -> None:
-        skip_batches = check_non_negative("skip_batches", skip_batches)
         self.rng_types = normalize_rng_types(rng_types, synchronized_generator)
         kind = kind if kind is not None else classify(dataset, built=kwargs)
         if stream_ends is not None and kind.stream_ends is not None:
@@ -187,7 +185,6 @@ class DataLoaderDispatcher(ResumableLoader):
         even_batches: bool = True,
         **kwargs: Any,
     ) -> None:
-        skip_batches = check_non_negative("skip_batches", skip_batches)
         topology = topology if topology is not None else resolve_topology(num_processes, process_index)
         if topology.num_processes > 1 and not is_distributed():
             raise ValueError(

@@ -174,15 +174,11 @@ class StridedSource(StreamSource):
         )
         rest = shard.over(order)
         rest.resume(skip_steps=start.start)
-        return iter(
-            DataLoader(
-                rest,
-                batch_size=loader.batch_size,
-                drop_last=loader.drop_last,
-                collate_fn=loader.collate_fn,
-                pin_memory=loader.pin_memory,
-            )
-        )
+        # NOTE: read in this process, batched, collated and pinned as the loader does.
+        kept = {
+            name: getattr(loader, name) for name in ("batch_size", "drop_last", "collate_fn", "pin_memory")
+        }
+        return iter(DataLoader(rest, **kept))
 
 
 _WORKER_SETTINGS = ("worker_init_fn", "multiprocessing_context", "prefetch_factor", "timeout")
