@@ -144,12 +144,11 @@ class Resumption:
 
     def _drawn(self, at: Position) -> Position:
         """``at`` with the loader's epoch, the generator's state now and the order's seed where it has none."""
-        seed = self.sampler_seed()
         return replace(
             at,
             epoch=self.epoch if at.epoch is None else at.epoch,
             generator_state=at.generator_state or encode_generator_state(self.source.generator()),
-            sampler_seed=seed if at.sampler_seed is None else at.sampler_seed,
+            sampler_seed=self.sampler_seed() if at.sampler_seed is None else at.sampler_seed,
         )
 
     # -- state ------------------------------------------------------------------------------------
@@ -177,7 +176,7 @@ class Resumption:
                 f"`steps={steps}` is below the {position.steps_before_resume} steps this epoch took before it was "
                 "resumed on this number of processes. Pass the steps consumed in the whole epoch."
             )
-        workers = self.source.workers() if position.workers is None else position.workers
+        workers = int(self.source.loader.num_workers) if position.workers is None else position.workers
         epoch = position.epoch or 0
         consumed = position.read_before_resume + (steps - position.steps_before_resume) * info.step_size
         stream, library = self.source.stream, self.source.library
@@ -202,9 +201,8 @@ class Resumption:
         if resharded or handed:
             at = replace(at, read_before_resume=saved.consumed, steps_before_resume=at.steps)
         # NOTE: a library that continues the epoch itself deals what is left to any number of workers.
-        workers = None if handed else _stream_epoch_workers(saved, info, self.source.workers())
-        library = saved.library if handed else None
-        self.pending = replace(at, workers=workers, ended_at=ends, library=library)
+        workers = None if handed else _stream_epoch_workers(saved, info, self.source.loader.num_workers)
+        self.pending = replace(at, workers=workers, ended_at=ends, library=saved.library if handed else None)
         self.progress.epoch = at.epoch or 0
         if resharded and self.resume_hook is not None:
             self.resume_hook.resharded()

@@ -75,10 +75,6 @@ class BatchSource(ABC):
         """What holds the seed of a seeded order (``SamplerKind.seeded``, ``sampling/samplers.py``), or ``None``."""
         return None
 
-    def workers(self) -> int:
-        """The ``DataLoader`` workers the loader reads with."""
-        return int(self.loader.num_workers)
-
     def synchronize(self) -> None:  # noqa: B027 - a hook: nothing to copy unless a source says otherwise
         """Copy what process 0 decides of the next epoch's randomness (nothing, but for a map-style shard)."""
 

@@ -121,10 +121,9 @@ class StridedSource(StreamSource):
         if shard.fingerprinted:
             in_order = getattr(loader, "in_order", True) or workers == 0
             check = SameStreamCheck(shard, pin=loader.pin_memory, in_order=in_order)
-        rows = rows_of(loader)
         batches = itertools.islice(loaded, discard, None) if discard else loaded
         restart = functools.partial(loader.user_batches, start.workers)
-        return self.stream.batches(batches, restart, rows, start, moving(loader), check)
+        return self.stream.batches(batches, restart, rows_of(loader), start, moving(loader), check)
 
     def _draws_alike(self, make: Callable[[], Iterator[Any]], start: Position, workers: int) -> Iterator[Any]:
         """``make()``, drawing alike on every process where they compare what they read: the iterator made and
