@@ -18,21 +18,12 @@ from lightning_shard.comm.collectives import is_distributed
 from lightning_shard.comm.rng import normalize_rng_types
 from lightning_shard.comm.topology import Topology, resolve_topology
 from lightning_shard.comm.tree import slice_batch
-from lightning_shard.loaders.base import (
-    ResumableLoader,
-    init_data_loader,
-    loader_settings,
-)
+from lightning_shard.loaders.base import ResumableLoader, init_data_loader, loader_settings
 from lightning_shard.loaders.dispatch_source import DispatchSource
 from lightning_shard.loaders.kinds import classify
 from lightning_shard.loaders.position import DataKind, StreamEnds
 from lightning_shard.loaders.resumable import Resumption
-from lightning_shard.loaders.source import (
-    EpochCursor,
-    MapSource,
-    PlainSource,
-    ShardSource,
-)
+from lightning_shard.loaders.source import EpochCursor, MapSource, PlainSource, ShardSource
 from lightning_shard.loaders.streams import StreamRun
 from lightning_shard.loaders.strided_source import ShareSource, StridedSource
 from lightning_shard.sampling.stream_fingerprint import CollateFingerprinted

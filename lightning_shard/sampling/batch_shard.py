@@ -8,13 +8,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Sequence, S
 from typing import Any
 
 from lightning_shard._checks import check_num_processes, check_process_index, check_split_batch_size
-from lightning_shard.sampling.balance import (
-    EvenBatches,
-    check_even_batches,
-    chunk,
-    is_balanced,
-    tail_steps,
-)
+from lightning_shard.sampling.balance import EvenBatches, check_even_batches, chunk, is_balanced, tail_steps
 from lightning_shard.sampling.fast_index import FastOrder, ShardLayout, fast_epoch_order
 from lightning_shard.sampling.samplers import BatchSamplerWrapper, KnowsKind, forward_epoch, sampler_kind
 
