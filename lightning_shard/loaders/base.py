@@ -301,7 +301,7 @@ def built_as_user_class(base: type, source: DataLoader, dataset: Any, **kwargs: 
     is of a ``DataLoader`` subclass of the user's own, the loader is of that class too, with its attributes."""
     cls = type(source)
     taken_over = any((part.__module__.split(".")[0], part.__name__) in _TAKEN_OVER for part in cls.__mro__)
-    user = None if cls in _PLAIN or taken_over else cls
+    user: type | None = None if cls in _PLAIN or taken_over else cls
     loader = with_user_class(base, user)(dataset, **kwargs)
     if user is not None:
         carry_user_attributes(loader, source)

@@ -73,8 +73,7 @@ class Resumption:
         """Apply a pending restore (or rewind), record the epoch's generator state; the epoch's start."""
         self.source.synchronize()
         restore, self.pending = self.pending, None
-        progress = self.progress
-        begun = progress.begun
+        progress, begun = self.progress, self.progress.begun
         if restore is None and begun is not None and self.resume_hook is None:
             # NOTE: the iteration before was left before its end (a `break`, as in a Fabric loop that trains
             # K steps an epoch): a new `iter()` starts the next epoch, as a `DataLoader`'s draws a new order.
