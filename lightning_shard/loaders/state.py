@@ -287,5 +287,4 @@ def encode_generator_state(generator: torch.Generator | None) -> str | None:
 
 def decode_generator_state(encoded: str) -> torch.Tensor:
     """The inverse of ``encode_generator_state``: a ``ByteTensor`` for ``Generator.set_state``."""
-    raw = bytearray(base64.b64decode(encoded))
-    return torch.frombuffer(raw, dtype=torch.uint8).clone()
+    return torch.frombuffer(bytearray(base64.b64decode(encoded)), dtype=torch.uint8).clone()
