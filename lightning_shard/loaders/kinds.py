@@ -120,12 +120,6 @@ def classify_iterable(
     graph = read_graph(iterable)
     if graph.root_kind != "weighted":
         return graph
-    _check_weighted(graph, num_processes, process_index)
-    reason = f"its `MultiNodeWeightedSampler` splits itself (rank {process_index} of {num_processes})"
-    return LeftAsItIs(name, reason, checked=False)
-
-
-def _check_weighted(graph: NodesGraph, num_processes: int, process_index: int) -> None:
     rank, size = graph.root.rank, graph.root.world_size
     if (rank, size) != (process_index, num_processes):
         raise ValueError(
@@ -136,6 +130,8 @@ def _check_weighted(graph: NodesGraph, num_processes: int, process_index: int) -
             "tensor parallelism: the data-parallel rank and size), or root the graph in a `SamplerWrapper` to "
             "have it sharded."
         )
+    reason = f"its `MultiNodeWeightedSampler` splits itself (rank {process_index} of {num_processes})"
+    return LeftAsItIs(name, reason, checked=False)
 
 
 def is_data_loader(value: object) -> TypeGuard[DataLoader]:
