@@ -9,14 +9,7 @@ from typing import Any, TypeGuard
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
 
 from lightning_shard.loaders.base import ResumableLoader
-from lightning_shard.loaders.position import (
-    SHORTEST,
-    DataKind,
-    IndexShape,
-    LeftAsItIs,
-    StreamEnds,
-    stream_ends_for,
-)
+from lightning_shard.loaders.position import SHORTEST, DataKind, LeftAsItIs, StreamEnds, stream_ends_for
 from lightning_shard.log import warn
 from lightning_shard.sampling import litdata_stream, mosaic_stream, webdataset_stream
 from lightning_shard.sampling.batch_shard import BatchSamplerShard
@@ -61,8 +54,10 @@ def classify(
     streamed = isinstance(dataset, IterableDataset)
     if dispatch is None:
         dispatch = put_on_device and streamed
+    if not streamed and isinstance(dataloader.sampler, BatchSampler):
+        return DataKind("map", dispatch, "sampler")  # NOTE: a batch sampler passed as `sampler`
     if not streamed:
-        return DataKind("map", dispatch, _index_shape(dataloader))
+        return DataKind("map", dispatch, "samples" if dataloader.batch_sampler is None else "batches")
     if dispatch:
         return _dispatched_stream(dataset, num_processes)
     kind = _stream(dataset, iterable_sharding, num_processes, workers, process_index == 0)
@@ -150,12 +145,6 @@ def user_batch_size(dataloader: DataLoader) -> int | None:
 
 
 # -- map-style ------------------------------------------------------------------------------------------
-def _index_shape(dataloader: DataLoader) -> IndexShape:
-    if isinstance(dataloader.sampler, BatchSampler):
-        return "sampler"
-    return "samples" if dataloader.batch_sampler is None else "batches"
-
-
 def user_batch_sampler(dataloader: DataLoader) -> Any:
     """The user's batch sampler (also when it was passed as ``sampler`` with ``batch_size=None``)."""
     if isinstance(dataloader.sampler, BatchSampler):
