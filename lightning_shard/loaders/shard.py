@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any, cast
 
 import torch
+import torch.distributed as dist
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler, default_collate, default_convert
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -23,6 +24,7 @@ from lightning_shard.loaders.kinds import classify
 from lightning_shard.loaders.position import DataKind, StreamEnds
 from lightning_shard.loaders.resumable import Resumption
 from lightning_shard.loaders.source import EpochCursor, MapSource, PlainSource, ShardSource
+from lightning_shard.loaders.streams import StreamRun
 from lightning_shard.loaders.strided_source import ShareSource, StridedSource
 from lightning_shard.sampling.stream_fingerprint import CollateFingerprinted
 
@@ -229,12 +231,25 @@ class StatefulDataLoaderDispatcher(DataLoaderDispatcher, StatefulDataLoader):
 
 def _source(loader: DataLoaderShard) -> ShardSource:
     """The loader's source of batches (of a torchdata.nodes graph's root items), by its kind."""
-    kind = loader.kind
+    kind, dataset = loader.kind, cast(Any, loader.dataset)  # NOTE: a stream's shard, as its kind says
     if kind.indexed:  # NOTE: `_with_cursor` put the cursor where the kind says
         return MapSource(loader, cast(EpochCursor, loader.cursor))
     if kind.source in ("map", "plain"):
         return PlainSource(loader)
-    return ShareSource(loader) if kind.source == "shares" else StridedSource(loader)
+    spans = _covers_group(dataset.num_processes, loader.topology)
+    stream = StreamRun(kind, dataset.num_processes, dataset.process_index, spans_group=spans)
+    if kind.source == "shares":
+        return ShareSource(loader, dataset, stream)
+    return StridedSource(loader, dataset, stream)
+
+
+def _covers_group(num_processes: int, topology: Topology | None) -> bool:
+    """Whether every rank of the default group iterates a loader of this topology."""
+    if not is_distributed():
+        return False
+    if topology is None:
+        return dist.get_world_size() == num_processes
+    return topology.covers_world()
 
 
 def _with_cursor(

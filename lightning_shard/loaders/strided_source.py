@@ -15,11 +15,8 @@ from collections.abc import Callable, Iterator, Sized
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset
 
-from lightning_shard.comm.collectives import is_distributed
-from lightning_shard.comm.topology import Topology
 from lightning_shard.comm.tree import batch_length
 from lightning_shard.loaders.position import SHORTEST, Position, ShardingInfo
 from lightning_shard.loaders.source import Batches, ShardSource, moving
@@ -31,16 +28,15 @@ from lightning_shard.sampling.stream_fingerprint import checked_step
 
 
 class StreamSource(ShardSource):
-    """What the sources of a stream share: this process's ``shard`` of it (the loader's dataset, as its kind
-    says), its end agreement and, for one that splits itself, its kind's ``library``."""
+    """What the sources of a stream share: this process's ``shard`` of it, its end agreement and, for one that
+    splits itself, its kind's ``library``."""
 
     stream: StreamRun
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: Any, shard: Any, stream: StreamRun) -> None:
         super().__init__(loader)
-        shard = self.shard = loader.dataset
-        spans = _covers_group(shard.num_processes, loader.topology)
-        self.stream = StreamRun(loader.kind, shard.num_processes, shard.process_index, spans_group=spans)
+        self.shard = shard
+        self.stream = stream
         self.library = loader.kind.library
 
     def set_epoch(self, epoch: int) -> None:
@@ -62,15 +58,6 @@ class StreamSource(ShardSource):
             dataset_length=len(shard.dataset) if sized else None,
             sampler=self.loader.kind.state_name,
         )
-
-
-def _covers_group(num_processes: int, topology: Topology | None) -> bool:
-    """Whether every rank of the default group iterates a loader of this topology (then its ends are agreed)."""
-    if not is_distributed():
-        return False
-    if topology is None:
-        return dist.get_world_size() == num_processes
-    return topology.covers_world()
 
 
 def rows_of(loader: Any) -> Callable[[Any], int]:
