@@ -12,20 +12,8 @@ from torch.utils.data import BatchSampler, DataLoader
 from lightning_shard._checks import check_non_negative, check_split_batch_size
 from lightning_shard.comm.collectives import broadcast_object, is_distributed, world_size
 from lightning_shard.comm.topology import Topology, resolve_topology
-from lightning_shard.loaders.base import (
-    carry_user_attributes,
-    loader_settings,
-    user_loader_class,
-    with_user_class,
-)
-from lightning_shard.loaders.kinds import (
-    classify,
-    classify_iterable,
-    is_data_loader,
-    is_prepared,
-    user_batch_sampler,
-    user_batch_size,
-)
+from lightning_shard.loaders import kinds
+from lightning_shard.loaders.base import built_as_user_class, loader_settings
 from lightning_shard.loaders.position import SAME, SHORTEST, DataKind, LeftAsItIs, StreamEnds
 from lightning_shard.loaders.shard import DataLoaderDispatcher, DataLoaderShard
 from lightning_shard.options import ShardOptions
@@ -86,14 +74,14 @@ def prepare_with_options(
     """``prepare_data_loader`` for an already checked ``ShardOptions`` and topology; ``uneven_streams``: what a
     stream does with ``even_batches=False`` (``"shortest"`` for a training loop, ``"own"`` for predict)."""
     pipeline = None
-    if not is_data_loader(dataloader):
+    if not kinds.is_data_loader(dataloader):
         pipeline = _prepare_graph(dataloader, options, topology)
         dataloader = root_loader(pipeline)
         options = options.replace(dispatch_batches=False)
     if (options.use_seedable_sampler or options.scalable_shuffle) and topology.num_processes > 1:
         # NOTE: processes that shuffle differently read some samples twice and others never.
         options = options.replace(data_seed=_draw_seed(options, topology))
-    kind = classify(
+    kind = kinds.classify(
         dataloader,
         num_processes=topology.num_processes,
         process_index=topology.process_index,
@@ -105,7 +93,7 @@ def prepare_with_options(
     )
     kind = kind if pipeline is None else dataclasses.replace(kind, pipeline=pipeline)
     if options.split_batches:
-        check_split_batch_size(user_batch_size(dataloader), topology.num_processes, "dataloader")
+        check_split_batch_size(kinds.user_batch_size(dataloader), topology.num_processes, "dataloader")
     if kind.dispatch:
         _check_dispatch_mesh(device_mesh, topology)
         return _build_dispatcher(dataloader, kind, options, topology, device)
@@ -115,7 +103,7 @@ def prepare_with_options(
     if rng_types is not None:
         # NOTE: less "generator" when there is none to synchronise, as the reference.
         rng_types = [name for name in rng_types if name != "generator" or generator is not None]
-    return _construct(
+    return built_as_user_class(
         DataLoaderShard,
         dataloader,
         dataset,
@@ -135,7 +123,7 @@ def _prepare_graph(graph: Any, options: ShardOptions, topology: Topology) -> Nod
     """The torchdata.nodes graph ``graph``, checked: it is sharded as the ``DataLoader`` of its root's items
     (``root_loader``) would be, each step's items then made a batch by the graph rebuilt over them
     (``loaders/source.py``): a ``DataLoaderShard``, never dispatched."""
-    found = classify_iterable(
+    found = kinds.classify_iterable(
         graph, num_processes=topology.num_processes, process_index=topology.process_index
     )
     if isinstance(found, LeftAsItIs):
@@ -183,10 +171,9 @@ def _map_shard_parts(
     dataloader: DataLoader, kind: DataKind, options: ShardOptions, topology: Topology
 ) -> _Parts:
     per_sample = kind.index_shape == "samples"
-    # NOTE: `DataLoader(batch_size=None)`: one uncollated sample a step.
-    user = (
-        BatchSampler(dataloader.sampler, 1, drop_last=False) if per_sample else user_batch_sampler(dataloader)
-    )
+    user = kinds.user_batch_sampler(dataloader)
+    if per_sample:  # NOTE: `DataLoader(batch_size=None)`: one uncollated sample a step.
+        user = BatchSampler(dataloader.sampler, 1, drop_last=False)
     # NOTE: one process never pads, as the reference (which does not shard then) does not; one sample a step
     # cannot be split, so a per-sample loader pads where it would balance.
     even = False if topology.num_processes == 1 else options.even_batches
@@ -272,9 +259,9 @@ def _build_dispatcher(
         )
     else:
         # NOTE: a one-process shard is the batch sampler itself, plus arithmetic skipping on resume.
-        batch_sampler = _recorded(user_batch_sampler(dataloader), options)
+        batch_sampler = _recorded(kinds.user_batch_sampler(dataloader), options)
         kwargs["batch_sampler"] = BatchSamplerShard(batch_sampler, even_batches=False)
-    return _construct(
+    return built_as_user_class(
         DataLoaderDispatcher,
         dataloader,
         dataset,
@@ -302,19 +289,9 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
         TypeError / ValueError: if ``dataloader`` is not a ``DataLoader`` or ``num_batches < 0``.
     """
     check_non_negative("num_batches", num_batches)
-    if is_prepared(dataloader):
-        skipped = dataloader.fresh_copy()
-        skipped.resumption.skip(num_batches, dataloader.epoch)
-        return skipped
-    loader = prepare_with_options(dataloader, ShardOptions(), Topology(1, 0))
-    loader.resumption.skip(num_batches)
-    return loader
-
-
-def _construct(base: type, dataloader: DataLoader, dataset: Any, **kwargs: Any) -> Any:
-    """``base`` over ``dataset``; a user's ``DataLoader`` subclass stays one, with its attributes."""
-    user = user_loader_class(dataloader)
-    loader = with_user_class(base, user)(dataset, **kwargs)
-    if user is not None:
-        carry_user_attributes(loader, dataloader)
+    if kinds.is_prepared(dataloader):
+        loader, epoch = dataloader.fresh_copy(), dataloader.epoch
+    else:
+        loader, epoch = prepare_with_options(dataloader, ShardOptions(), Topology(1, 0)), None
+    loader.resumption.skip(num_batches, epoch)
     return loader

@@ -79,14 +79,9 @@ class ResumableLoader(DataLoader):
         """The end agreement of a loader over a stream (and each process's position in a share of its own)."""
         return self.source.stream
 
-    _cursor: EpochCursor | None = None
-    """The ``EpochCursor`` the loader's class made when it was built, where its kind put it (``None``: the kind
-    reads no indices)."""
-
-    @property
-    def cursor(self) -> EpochCursor | None:
-        """The index source that makes map-style resumption arithmetic (``None`` for iterable data)."""
-        return self._cursor
+    cursor: EpochCursor | None = None
+    """The index source that makes map-style resumption arithmetic: the ``EpochCursor`` the loader's class made
+    when it was built, where its kind put it (``None``: the kind reads no indices, as for iterable data)."""
 
     @property
     def sharding(self) -> ShardingInfo:
@@ -301,11 +296,16 @@ _TAKEN_OVER = (("litdata", "StreamingDataLoader"),)
 (LitData's): our loader takes that over, so they are replaced as a plain ``DataLoader`` is."""
 
 
-def user_loader_class(dataloader: DataLoader) -> type | None:
-    """The user's own ``DataLoader`` subclass ``dataloader`` is an instance of, or ``None``."""
-    cls = type(dataloader)
-    taken_over = any((base.__module__.split(".")[0], base.__name__) in _TAKEN_OVER for base in cls.__mro__)
-    return None if cls in _PLAIN or taken_over else cls
+def built_as_user_class(base: type, source: DataLoader, dataset: Any, **kwargs: Any) -> Any:
+    """``base`` (one of our loader classes) over ``dataset`` and ``kwargs``; when ``source`` (the user's loader)
+    is of a ``DataLoader`` subclass of the user's own, the loader is of that class too, with its attributes."""
+    cls = type(source)
+    taken_over = any((part.__module__.split(".")[0], part.__name__) in _TAKEN_OVER for part in cls.__mro__)
+    user: type | None = None if cls in _PLAIN or taken_over else cls
+    loader = with_user_class(base, user)(dataset, **kwargs)
+    if user is not None:
+        carry_user_attributes(loader, source)
+    return loader
 
 
 @functools.cache

@@ -16,9 +16,10 @@ from lightning_shard.comm.collectives import communication_device
 from lightning_shard.comm.tree import batch_length, concatenate, same_layout, send_to_device, slice_batch
 from lightning_shard.comm.wire import Channel, Status
 from lightning_shard.loaders.position import Position, ShardingInfo
-from lightning_shard.loaders.source import Batches, BatchSource, marked_last
+from lightning_shard.loaders.source import Batches, BatchSource
 from lightning_shard.loaders.state import decode_generator_state
 from lightning_shard.sampling.balance import chunk
+from lightning_shard.sampling.batch_shard import marked_last
 from lightning_shard.sampling.samplers import dataset_generator, pass_epoch
 
 

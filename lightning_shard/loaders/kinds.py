@@ -9,14 +9,7 @@ from typing import Any, TypeGuard
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
 
 from lightning_shard.loaders.base import ResumableLoader
-from lightning_shard.loaders.position import (
-    SHORTEST,
-    DataKind,
-    IndexShape,
-    LeftAsItIs,
-    StreamEnds,
-    stream_ends_for,
-)
+from lightning_shard.loaders.position import SHORTEST, DataKind, LeftAsItIs, StreamEnds, stream_ends_for
 from lightning_shard.log import warn
 from lightning_shard.sampling import litdata_stream, mosaic_stream, webdataset_stream
 from lightning_shard.sampling.batch_shard import BatchSamplerShard
@@ -51,8 +44,9 @@ def classify(
     dispatches an iterable dataset when ``put_on_device``; ``uneven``: a stream's ends without ``even_batches``);
     with ``built``, the ``DataLoader`` arguments of a loader the seed's constructors build directly over
     ``dataloader``, then a dataset or a shard of one: what it is built over decides (``dispatch``: a
-    ``DataLoaderDispatcher``). Raises, naming the fix, on a loader that is not a ``DataLoader`` or is sharded
-    already, or on a stream that cannot be read as asked."""
+    ``DataLoaderDispatcher``). Raises, naming the fix, on a ``DataLoader`` that is prepared or sharded already,
+    or on a stream that cannot be read as asked (what is not a ``DataLoader`` was refused, or read as a
+    torchdata.nodes graph's root, by ``prepare_with_options``)."""
     if built is not None:
         return _built(dataloader, built, bool(dispatch))
     _check_unsharded(dataloader)
@@ -60,8 +54,10 @@ def classify(
     streamed = isinstance(dataset, IterableDataset)
     if dispatch is None:
         dispatch = put_on_device and streamed
+    if not streamed and isinstance(dataloader.sampler, BatchSampler):
+        return DataKind("map", dispatch, "sampler")  # NOTE: a batch sampler passed as `sampler`
     if not streamed:
-        return DataKind("map", dispatch, _index_shape(dataloader))
+        return DataKind("map", dispatch, "samples" if dataloader.batch_sampler is None else "batches")
     if dispatch:
         return _dispatched_stream(dataset, num_processes)
     kind = _stream(dataset, iterable_sharding, num_processes, workers, process_index == 0)
@@ -107,28 +103,18 @@ def classify_iterable(
     """
     name = type(iterable).__name__
     declared_split = getattr(iterable, "splits_by_rank", None)
-    if declared_split is True:
-        return LeftAsItIs(name, "it declares `splits_by_rank = True`", checked=False)
-    if declared_split is False:
-        return LeftAsItIs(
-            name, "it declares `splits_by_rank = False`: every process reads all of it", checked=False
-        )
+    if isinstance(declared_split, bool):
+        whole = "" if declared_split else ": every process reads all of it"
+        return LeftAsItIs(name, f"it declares `splits_by_rank = {declared_split}`{whole}", checked=False)
     if not is_node_graph(iterable):
-        stateful = callable(getattr(iterable, "state_dict", None)) and callable(
-            getattr(iterable, "load_state_dict", None)
+        stateful = all(
+            callable(getattr(iterable, method, None)) for method in ("state_dict", "load_state_dict")
         )
-        return LeftAsItIs(
-            name, "not a `DataLoader` nor a recognised pipeline", checked=True, stateful=stateful
-        )
+        reason = "not a `DataLoader` nor a recognised pipeline"
+        return LeftAsItIs(name, reason, checked=True, stateful=stateful)
     graph = read_graph(iterable)
     if graph.root_kind != "weighted":
         return graph
-    _check_weighted(graph, num_processes, process_index)
-    reason = f"its `MultiNodeWeightedSampler` splits itself (rank {process_index} of {num_processes})"
-    return LeftAsItIs(name, reason, checked=False)
-
-
-def _check_weighted(graph: NodesGraph, num_processes: int, process_index: int) -> None:
     rank, size = graph.root.rank, graph.root.world_size
     if (rank, size) != (process_index, num_processes):
         raise ValueError(
@@ -139,6 +125,8 @@ def _check_weighted(graph: NodesGraph, num_processes: int, process_index: int) -
             "tensor parallelism: the data-parallel rank and size), or root the graph in a `SamplerWrapper` to "
             "have it sharded."
         )
+    reason = f"its `MultiNodeWeightedSampler` splits itself (rank {process_index} of {num_processes})"
+    return LeftAsItIs(name, reason, checked=False)
 
 
 def is_data_loader(value: object) -> TypeGuard[DataLoader]:
@@ -157,12 +145,6 @@ def user_batch_size(dataloader: DataLoader) -> int | None:
 
 
 # -- map-style ------------------------------------------------------------------------------------------
-def _index_shape(dataloader: DataLoader) -> IndexShape:
-    if isinstance(dataloader.sampler, BatchSampler):
-        return "sampler"
-    return "samples" if dataloader.batch_sampler is None else "batches"
-
-
 def user_batch_sampler(dataloader: DataLoader) -> Any:
     """The user's batch sampler (also when it was passed as ``sampler`` with ``batch_size=None``)."""
     if isinstance(dataloader.sampler, BatchSampler):
@@ -170,12 +152,8 @@ def user_batch_sampler(dataloader: DataLoader) -> Any:
     return dataloader.batch_sampler
 
 
-def _check_unsharded(dataloader: Any) -> None:
-    if not isinstance(dataloader, DataLoader):
-        raise TypeError(
-            f"`dataloader` must be a `torch.utils.data.DataLoader`, got {type(dataloader).__name__}. "
-            "Wrap your dataset first: `DataLoader(dataset, batch_size=...)`."
-        )
+def _check_unsharded(dataloader: DataLoader) -> None:
+    # NOTE: a `DataLoader`: what is not one is a torchdata.nodes graph, or refused, before it is classified.
     if isinstance(dataloader, ResumableLoader):
         raise ValueError(
             f"`dataloader` is already prepared ({type(dataloader).__name__}); preparing it again would "

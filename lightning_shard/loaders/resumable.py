@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
+from lightning_shard._checks import check_non_negative
 from lightning_shard.comm.collectives import is_distributed, world_size
 from lightning_shard.loaders.position import Position, Progress, ResumeHook, ShardingInfo
 from lightning_shard.loaders.state import (
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
 
 class Resumption:
     """A loader's epochs and position over its ``source``: applies a restore at the next ``iter()`` (the first
-    one skips ``skip_batches`` steps), and saves the position."""
+    one skips ``skip_batches`` steps; a ``ValueError`` / ``TypeError`` if that is not a count), and saves the
+    position."""
 
     def __init__(self, source: BatchSource, *, skip_batches: int = 0) -> None:
         self.source = source
@@ -35,7 +37,7 @@ class Resumption:
         """A restore (``load_state_dict``, a skip) that the next ``iter()`` applies."""
         self.resume_hook: ResumeHook | None = None
         self.remainder = -1
-        if skip_batches:
+        if check_non_negative("skip_batches", skip_batches):
             self.skip(skip_batches)
 
     @property
@@ -71,8 +73,7 @@ class Resumption:
         """Apply a pending restore (or rewind), record the epoch's generator state; the epoch's start."""
         self.source.synchronize()
         restore, self.pending = self.pending, None
-        progress = self.progress
-        begun = progress.begun
+        progress, begun = self.progress, self.progress.begun
         if restore is None and begun is not None and self.resume_hook is None:
             # NOTE: the iteration before was left before its end (a `break`, as in a Fabric loop that trains
             # K steps an epoch): a new `iter()` starts the next epoch, as a `DataLoader`'s draws a new order.
@@ -142,12 +143,11 @@ class Resumption:
 
     def _drawn(self, at: Position) -> Position:
         """``at`` with the loader's epoch, the generator's state now and the order's seed where it has none."""
-        seed = self.sampler_seed()
         return replace(
             at,
             epoch=self.epoch if at.epoch is None else at.epoch,
             generator_state=at.generator_state or encode_generator_state(self.source.generator()),
-            sampler_seed=seed if at.sampler_seed is None else at.sampler_seed,
+            sampler_seed=self.sampler_seed() if at.sampler_seed is None else at.sampler_seed,
         )
 
     # -- state ------------------------------------------------------------------------------------
@@ -175,7 +175,7 @@ class Resumption:
                 f"`steps={steps}` is below the {position.steps_before_resume} steps this epoch took before it was "
                 "resumed on this number of processes. Pass the steps consumed in the whole epoch."
             )
-        workers = self.source.workers() if position.workers is None else position.workers
+        workers = int(self.source.loader.num_workers) if position.workers is None else position.workers
         epoch = position.epoch or 0
         consumed = position.read_before_resume + (steps - position.steps_before_resume) * info.step_size
         stream, library = self.source.stream, self.source.library
@@ -200,9 +200,8 @@ class Resumption:
         if resharded or handed:
             at = replace(at, read_before_resume=saved.consumed, steps_before_resume=at.steps)
         # NOTE: a library that continues the epoch itself deals what is left to any number of workers.
-        workers = None if handed else _stream_epoch_workers(saved, info, self.source.workers())
-        library = saved.library if handed else None
-        self.pending = replace(at, workers=workers, ended_at=ends, library=library)
+        workers = None if handed else _stream_epoch_workers(saved, info, self.source.loader.num_workers)
+        self.pending = replace(at, workers=workers, ended_at=ends, library=saved.library if handed else None)
         self.progress.epoch = at.epoch or 0
         if resharded and self.resume_hook is not None:
             self.resume_hook.resharded()
@@ -239,11 +238,5 @@ def _stream_epoch_workers(saved: LoaderState, info: ShardingInfo, num_workers: i
 
 class WorkerCountWarning(UserWarning):
     """A stream's epoch resumed under another ``num_workers`` finishes with the count it was saved with (its
-    split among workers cannot change mid-epoch); the next epoch uses the loader's own ``num_workers``."""
-
-    def __init__(self, message: str) -> None:
-        """
-        Args:
-            message: the saved and the current worker counts.
-        """
-        super().__init__(message)
+    split among workers cannot change mid-epoch); the next epoch uses the loader's own ``num_workers``. Its
+    message gives the saved and the current worker counts."""

@@ -14,26 +14,16 @@ import torch.distributed as dist
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler, default_collate, default_convert
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from lightning_shard._checks import check_non_negative
 from lightning_shard.comm.collectives import is_distributed
 from lightning_shard.comm.rng import normalize_rng_types
 from lightning_shard.comm.topology import Topology, resolve_topology
 from lightning_shard.comm.tree import slice_batch
-from lightning_shard.loaders.base import (
-    ResumableLoader,
-    init_data_loader,
-    loader_settings,
-)
+from lightning_shard.loaders.base import ResumableLoader, init_data_loader, loader_settings
 from lightning_shard.loaders.dispatch_source import DispatchSource
 from lightning_shard.loaders.kinds import classify
 from lightning_shard.loaders.position import DataKind, StreamEnds
 from lightning_shard.loaders.resumable import Resumption
-from lightning_shard.loaders.source import (
-    EpochCursor,
-    MapSource,
-    PlainSource,
-    ShardSource,
-)
+from lightning_shard.loaders.source import EpochCursor, MapSource, PlainSource, ShardSource
 from lightning_shard.loaders.streams import StreamRun
 from lightning_shard.loaders.strided_source import ShareSource, StridedSource
 from lightning_shard.sampling.stream_fingerprint import CollateFingerprinted
@@ -86,13 +76,11 @@ class DataLoaderShard(ResumableLoader):
         kind: DataKind | None = None,
         **kwargs: Any,
     ) -> None:
-        skip_batches = check_non_negative("skip_batches", skip_batches)
         self.rng_types = normalize_rng_types(rng_types, synchronized_generator)
-        kind = kind if kind is not None else classify(dataset, built=kwargs)
-        if stream_ends is not None and kind.stream_ends is not None:
-            kind = dataclasses.replace(kind, stream_ends=stream_ends)
-        self.kind = kind
-        kwargs, self._cursor = _with_cursor(self.kind, dataset, kwargs)
+        self.kind = kind if kind is not None else classify(dataset, built=kwargs)
+        if stream_ends is not None and self.kind.stream_ends is not None:
+            self.kind = dataclasses.replace(self.kind, stream_ends=stream_ends)
+        kwargs, self.cursor = _with_cursor(self.kind, dataset, kwargs)
         init_data_loader(self, dataset, **kwargs)
         self.device = None if device is None else torch.device(device)
         self.non_blocking = non_blocking
@@ -187,7 +175,6 @@ class DataLoaderDispatcher(ResumableLoader):
         even_batches: bool = True,
         **kwargs: Any,
     ) -> None:
-        skip_batches = check_non_negative("skip_batches", skip_batches)
         topology = topology if topology is not None else resolve_topology(num_processes, process_index)
         if topology.num_processes > 1 and not is_distributed():
             raise ValueError(
@@ -197,7 +184,7 @@ class DataLoaderDispatcher(ResumableLoader):
             )
         self.kind = kind if kind is not None else classify(dataset, dispatch=True, built=kwargs)
         if self.kind.indexed:
-            self._cursor = kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
+            self.cursor = kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
         init_data_loader(self, dataset, **kwargs)
         self.device = None if device is None else torch.device(device)
         self.split_batches = split_batches
@@ -277,12 +264,11 @@ def _with_cursor(
             collate = default_collate if kwargs.get("batch_size", 1) is not None else default_convert
         kwargs["collate_fn"] = CollateFingerprinted(collate)
     cursor = None
-    if kind.index_shape in ("samples", "sampler"):
-        cursor = kwargs["sampler"] = EpochCursor(kwargs["sampler"])
-    elif kind.index_shape == "batches" and kwargs.get("batch_sampler") is not None:
-        cursor = kwargs["batch_sampler"] = EpochCursor(kwargs["batch_sampler"])
-    elif kind.index_shape == "batches":
-        cursor = kwargs["batch_sampler"] = EpochCursor(_default_batch_sampler(dataset, kwargs))
+    if kind.indexed:
+        slot = "batch_sampler" if kind.index_shape == "batches" else "sampler"
+        index = kwargs.get(slot)
+        index = index if index is not None else _default_batch_sampler(dataset, kwargs)
+        cursor = kwargs[slot] = EpochCursor(index)
     return kwargs, cursor
 
 

@@ -25,6 +25,7 @@ from lightning_shard.loaders.stream_agreement import (
     fetches_may_draw,
     isolated_fetches,
 )
+from lightning_shard.sampling.batch_shard import marked_last
 from lightning_shard.sampling.nodes_feed import Feed
 from lightning_shard.sampling.samplers import BatchSamplerWrapper, forward_epoch, pass_epoch
 from lightning_shard.sampling.torchdata_nodes import NodesGraph
@@ -74,10 +75,6 @@ class BatchSource(ABC):
         """What holds the seed of a seeded order (``SamplerKind.seeded``, ``sampling/samplers.py``), or ``None``."""
         return None
 
-    def workers(self) -> int:
-        """The ``DataLoader`` workers the loader reads with."""
-        return int(self.loader.num_workers)
-
     def synchronize(self) -> None:  # noqa: B027 - a hook: nothing to copy unless a source says otherwise
         """Copy what process 0 decides of the next epoch's randomness (nothing, but for a map-style shard)."""
 
@@ -94,21 +91,6 @@ class ShardSource(BatchSource):
         plain iterable), or reads a share of a stream (the shares differ in length, so the loader has none:
         ``NativeStreamShard`` has no ``__len__``)."""
         return DataLoader.__len__(self.loader)
-
-
-def marked_last(batches: Iterator[Any], move: Callable[[Any], Any] | None = None) -> Batches:
-    """Each of ``batches`` (``move``d, if given) with whether it is the last, one batch read ahead (no
-    collective: map-style data ends where arithmetic says, on every process alike)."""
-    current = next(batches, _END)
-    while current is not _END:
-        if move is not None:
-            current = move(current)
-        following = next(batches, _END)
-        yield current, following is _END
-        current = following
-
-
-_END = object()
 
 
 def moving(loader: Any) -> Callable[[Any], Any] | None:

@@ -10,7 +10,7 @@ from typing import Any, get_args
 import torch
 
 from lightning_shard.loaders.position import Mode, Position, ShardingInfo
-from lightning_shard.sampling.self_split import SelfSplit
+from lightning_shard.sampling.self_split import SHARES_STAY, SelfSplit
 
 STATE_FORMAT = "lightning_shard.loader"
 STATE_VERSION = 2
@@ -205,11 +205,7 @@ _SECOND_REPLAY = (
 
 
 def _other_shares(saved: int, now: int, library: SelfSplit | None) -> str:
-    reason = (
-        library.other_count(saved, now)
-        if library is not None
-        else "the shares (whole shards per process) and each process's position in its share do not carry over"
-    )
+    reason = SHARES_STAY if library is None else library.other_count(saved, now)
     return (
         f"`state_dict` was saved mid-epoch by {saved} processes, each reading its own share of the stream, "
         f"but this run has {now}: {reason}. Resume this epoch on {saved} processes, or load a state saved "
@@ -291,5 +287,4 @@ def encode_generator_state(generator: torch.Generator | None) -> str | None:
 
 def decode_generator_state(encoded: str) -> torch.Tensor:
     """The inverse of ``encode_generator_state``: a ``ByteTensor`` for ``Generator.set_state``."""
-    raw = bytearray(base64.b64decode(encoded))
-    return torch.frombuffer(raw, dtype=torch.uint8).clone()
+    return torch.frombuffer(bytearray(base64.b64decode(encoded)), dtype=torch.uint8).clone()

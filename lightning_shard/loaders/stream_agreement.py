@@ -48,9 +48,7 @@ class SameStreamCheck:
 
     def __init__(self, shard: Any, *, pin: bool, in_order: bool) -> None:
         """``shard``: this process's ``IterableDatasetShard`` of the stream."""
-        self.name = type(shard.dataset).__name__
-        self.num_processes = shard.num_processes
-        self.process_index = shard.process_index
+        self.shard = shard
         self.pin = pin and torch.cuda.is_available()
         self.in_order = in_order
         self.seen: Fingerprint | None = None
@@ -82,7 +80,7 @@ class SameStreamCheck:
         raise RuntimeError(self._message(step))
 
     def _message(self, step: int) -> str:
-        name, n = self.name, self.num_processes
+        name, n = type(self.shard.dataset).__name__, self.shard.num_processes
         where = "first global batch" if step == 0 else f"global batch {step} (counted from 0)"
         if not self.in_order:
             where = (
@@ -95,7 +93,7 @@ class SameStreamCheck:
         return (
             f"lightning_shard: the processes read different elements from the iterable dataset `{name}` in {where}, "
             f"so it does not yield the same stream on every process, which striding needs: each process keeps 1/{n} of "
-            f"what it reads, and the rest would never be trained. This process ({self.process_index} of {n}) read: "
+            f"what it reads, and the rest would never be trained. This process ({self.shard.process_index} of {n}) read: "
             f"{shown} ({compared} compared). Two ways out, depending on what `{name}` does:\n"
             f"- it splits itself by rank (a `torch.distributed.get_rank()` in its `__iter__`, a node splitter): declare "
             f"`splits_by_rank = True` on it, and each process reads its own part as it is (declared on a stream that "
@@ -178,9 +176,7 @@ class Agreement:
         """Bytes this process all-reduced in its checks so far."""
 
     def start(self, ended: bool, empty: bool, digest: int = 0) -> None:
-        values = (
-            [int(ended), int(empty), digest, digest * digest] if self.digests else [int(ended), int(empty)]
-        )
+        values = [int(ended), int(empty)] + ([digest, digest * digest] if self.digests else [])
         flags = torch.tensor(values, dtype=torch.int64, device=communication_device())
         self.sent += flags.numel() * flags.element_size()
         self._pending = (flags, dist.all_reduce(flags, async_op=True))

@@ -83,10 +83,8 @@ class ShareSource(StreamSource):
     shard: NativeStreamShard
 
     def batches(self, start: Position) -> Batches:
-        loader = self.loader
-        rows = rows_of(loader)
         read = functools.partial(self._read, start.workers)
-        return self.stream.batches(read(), read, rows, start, moving(loader))
+        return self.stream.batches(read(), read, rows_of(self.loader), start, moving(self.loader))
 
     def _read(self, workers: int | None) -> Iterator[Any]:
         """A pass over the share (the library told first, in this process: ``SelfSplit.before_pass``)."""
@@ -123,10 +121,9 @@ class StridedSource(StreamSource):
         if shard.fingerprinted:
             in_order = getattr(loader, "in_order", True) or workers == 0
             check = SameStreamCheck(shard, pin=loader.pin_memory, in_order=in_order)
-        rows = rows_of(loader)
         batches = itertools.islice(loaded, discard, None) if discard else loaded
         restart = functools.partial(loader.user_batches, start.workers)
-        return self.stream.batches(batches, restart, rows, start, moving(loader), check)
+        return self.stream.batches(batches, restart, rows_of(loader), start, moving(loader), check)
 
     def _draws_alike(self, make: Callable[[], Iterator[Any]], start: Position, workers: int) -> Iterator[Any]:
         """``make()``, drawing alike on every process where they compare what they read: the iterator made and
@@ -174,25 +171,13 @@ class StridedSource(StreamSource):
             num_workers=workers,
             **{name: getattr(loader, name) for name in _WORKER_SETTINGS},
         )
-        rest = IterableDatasetShard(
-            order,
-            batch_size=shard.batch_size,
-            drop_last=shard.drop_last,
-            num_processes=shard.num_processes,
-            process_index=shard.process_index,
-            split_batches=shard.split_batches,
-            even_batches=shard.even_batches,
-        )
+        rest = shard.over(order)
         rest.resume(skip_steps=start.start)
-        return iter(
-            DataLoader(
-                rest,
-                batch_size=loader.batch_size,
-                drop_last=loader.drop_last,
-                collate_fn=loader.collate_fn,
-                pin_memory=loader.pin_memory,
-            )
-        )
+        # NOTE: read in this process, batched, collated and pinned as the loader does.
+        kept = {
+            name: getattr(loader, name) for name in ("batch_size", "drop_last", "collate_fn", "pin_memory")
+        }
+        return iter(DataLoader(rest, **kept))
 
 
 _WORKER_SETTINGS = ("worker_init_fn", "multiprocessing_context", "prefetch_factor", "timeout")

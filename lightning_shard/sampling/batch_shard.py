@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Sequence, Sized
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence, Sized
 from typing import Any
 
 from lightning_shard._checks import check_num_processes, check_process_index, check_split_batch_size
-from lightning_shard.sampling.balance import (
-    EvenBatches,
-    check_even_batches,
-    chunk,
-    is_balanced,
-    tail_steps,
-)
+from lightning_shard.sampling.balance import EvenBatches, check_even_batches, chunk, is_balanced, tail_steps
 from lightning_shard.sampling.fast_index import FastOrder, ShardLayout, fast_epoch_order
 from lightning_shard.sampling.samplers import BatchSamplerWrapper, KnowsKind, forward_epoch, sampler_kind
 
@@ -176,7 +170,7 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
         width = self.batch_size // self.num_processes
         lo, hi = width * self.process_index, width * (self.process_index + 1)
         first: list[int] | None = None
-        for position, (batch, last) in enumerate(_with_last(batches)):
+        for position, (batch, last) in enumerate(marked_last(batches)):
             first = list(batch) if first is None else first
             if len(batch) == self.batch_size:
                 yield batch[lo:hi]
@@ -213,7 +207,7 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
         mine: Any = None
         batch: Any = None
         seen = 0
-        for batch, last in _with_last(batches):
+        for batch, last in marked_last(batches):
             if seen < n:
                 head.append(batch)
             if seen % n == r:
@@ -250,11 +244,17 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
             yield pool[offset * size : (offset + 1) * size]
 
 
-def _with_last(items: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
-    """Each of ``items`` with whether it is the last, read one ahead."""
+def marked_last(
+    items: Iterable[Any], move: Callable[[Any], Any] | None = None
+) -> Generator[tuple[Any, bool], None, None]:
+    """Each of ``items`` (``move``d, if given, before the next is read) with whether it is the last, read one
+    ahead (the loaders' sources mark an epoch's batches so: map-style data ends where arithmetic says, on every
+    process alike, with no collective)."""
     iterator = iter(items)
     current = next(iterator, _END)
     while current is not _END:
+        if move is not None:
+            current = move(current)
         following = next(iterator, _END)
         yield current, following is _END
         current = following

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -101,6 +102,13 @@ class IterableDatasetShard(IterableDataset):
             return (full + 1) * self.process_batch_size
         lo = (self.process_index if process_index is None else process_index) * self.process_batch_size
         return full * self.process_batch_size + min(max(rest - lo, 0), self.process_batch_size)
+
+    def over(self, dataset: Any) -> IterableDatasetShard:
+        """A shard as this one over ``dataset`` (a replay of its epoch, ``loaders/strided_source.py``), whose
+        elements are not marked (the replay's global batches are not compared)."""
+        twin = copy.copy(self)
+        twin.dataset, twin.fingerprinted = dataset, False
+        return twin
 
     def seed_dataset_generator(self) -> None:
         """Seed the dataset's generator with the epoch, as ``__iter__`` does (a replay reads it too)."""

@@ -58,8 +58,7 @@ class SeedableRandomSampler(RandomSampler):
     def reseed(self) -> torch.Generator:
         """Seed the generator for the current epoch and return it."""
         assert self.generator is not None  # NOTE: set in __init__; kept Optional by the base class.
-        self.generator.manual_seed(self.initial_seed + self.epoch)
-        return self.generator
+        return self.generator.manual_seed(self.initial_seed + self.epoch)
 
     def __iter__(self) -> Iterator[int]:
         self.reseed()

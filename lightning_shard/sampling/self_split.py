@@ -11,6 +11,11 @@ from typing import Any
 
 from lightning_shard.sampling.samplers import pass_epoch
 
+SHARES_STAY = (
+    "the shares (whole shards per process) and each process's position in its share do not carry over"
+)
+"""Why a position within an epoch read as shares has no counterpart on another number of processes."""
+
 
 class SelfSplit:
     """A dataset that splits itself by rank, as recognised; ``reason`` says how, completing "a dataset
@@ -46,9 +51,7 @@ class SelfSplit:
 
     def other_count(self, saved: int, now: int) -> str:
         """Why a position within an epoch read by ``saved`` processes has no counterpart on ``now``."""
-        return (
-            "the shares (whole shards per process) and each process's position in its share do not carry over"
-        )
+        return SHARES_STAY
 
     def save(self, epoch: int, consumed: int) -> dict[str, Any] | None:
         """The library's own state once the processes consumed ``consumed`` samples of ``epoch`` together

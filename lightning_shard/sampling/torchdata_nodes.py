@@ -79,15 +79,14 @@ class NodesGraph:
         return rebuilt(self.nodes, feed)
 
 
-def read_graph(obj: Any) -> NodesGraph:
-    """The ``NodesGraph`` of a torchdata.nodes ``Loader`` or node ``obj`` (``is_node_graph``).
+def read_graph(top: Any) -> NodesGraph:
+    """The ``NodesGraph`` of a torchdata.nodes ``Loader`` or node ``top`` (``is_node_graph``).
 
     Raises:
         TypeError: on a node whose handling of items is not known (named, with the fix).
         ValueError: on a graph with more than one ``Batcher``.
     """
-    top = obj
-    node = obj.root if _own_name(obj) == "Loader" else obj
+    node = top.root if _own_name(top) == "Loader" else top
     nodes: list[Any] = []
     while True:
         name = _own_name(node)

@@ -37,9 +37,8 @@ def recognise(dataset: Any) -> WebDatasetSplit | None:
         return None
     resampled = any(_is_stage(stage, "shardlists", "ResampledShards") for stage in stages)
     over = " over resampled shards" if resampled else ""
-    split = WebDatasetSplit(
-        dataset, f"is a webdataset `{type(dataset).__name__}` split by `split_by_node`{over}"
-    )
+    reason = f"is a webdataset `{type(dataset).__name__}` split by `split_by_node`{over}"
+    split = WebDatasetSplit(dataset, reason)
     split.yields_batches = any(_batches(stage) for stage in stages)
     return split
 
