@@ -12,11 +12,14 @@ their workers.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import re
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
 
@@ -37,8 +40,35 @@ def _package(name: str) -> None:
         setattr(sys.modules[parent], child, module)
 
 
+def _mapped_shared_memory() -> set[str]:
+    """The names under ``/dev/shm`` that some process has mapped now."""
+    names = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        with contextlib.suppress(OSError):
+            names.update(re.findall(r"/dev/shm/(\S+)", maps.read_text()))
+    return names
+
+
+def remove_stale_shared_memory() -> None:
+    """Remove the library's shared memory (``/dev/shm/NNNNNN_*``) that no process maps: what a killed run left.
+
+    The library takes the first prefix whose set of segments is incomplete and creates them, so a partial set
+    left by a run that was killed makes every later dataset fail with ``FileExistsError``. A segment in use is
+    mapped by the process that holds it, so it is kept; on a machine without ``/dev/shm`` this does nothing.
+    """
+    segments = list(Path("/dev/shm").glob("[0-9]" * 6 + "_*"))
+    in_use = _mapped_shared_memory() if segments else set()
+    for path in segments:
+        if path.name not in in_use:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
 def streaming_core() -> tuple[type, type]:
-    """``(StreamingDataset, MDSWriter)`` of the installed mosaicml-streaming."""
+    """``(StreamingDataset, MDSWriter)`` of the installed mosaicml-streaming; the first call in a process
+    removes the shared memory killed runs left (``remove_stale_shared_memory``)."""
+    if "streaming" not in sys.modules:
+        remove_stale_shared_memory()
     _package("streaming")
     _package("streaming.base")
     from streaming.base.dataset import StreamingDataset
