@@ -14,7 +14,10 @@ them by it in ``/proc/<pid>/environ``, whatever their session. (Without ``/proc`
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -60,6 +63,26 @@ def alive(mark: str) -> list[str]:
             continue
         found.append(f"{pid} {state} {command.strip()[:200]}")
     return found
+
+
+def stacks(mark: str) -> str:
+    """The Python stacks of every living process carrying ``mark``, as ``py-spy dump`` prints them (a hang's
+    diagnosis); a line saying why where ``py-spy`` is missing or may not read a process."""
+    spy = shutil.which(
+        "py-spy", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    )
+    if spy is None:
+        return "(no stacks: py-spy is not installed)"
+    dumps = []
+    for pid in marked(mark):
+        try:
+            dump = subprocess.run(
+                [spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60
+            )
+            dumps.append(f"--- {pid}\n{dump.stdout}{dump.stderr}")
+        except subprocess.TimeoutExpired:  # NOTE: a generous bound; a dump takes well under a second
+            dumps.append(f"--- {pid}: py-spy took over 60 s")
+    return "\n".join(dumps)
 
 
 def kill_marked(mark: str) -> None:

@@ -4,7 +4,8 @@ A bound in a test detects a hang, not slowness (the machines running the suite a
 kills a launch only when it has printed no new line for ``timeout`` seconds, so a launch of many
 scenarios that prints a line per finished scenario (or Lightning's own lines per fit) may take as long
 as the machine needs, while one that hangs is ended one bound after its last line. When the bound fires,
-every process the launch started is killed, in whatever session it ended up (``tests/helpers/reaper.py``).
+the test's failure shows every process's Python stack (``py-spy``, a test extra), and every process the
+launch started is killed, in whatever session it ended up (``tests/helpers/reaper.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import IO
 
 import pytest
 
-from tests.helpers.reaper import alive, kill_group, kill_marked, new_mark
+from tests.helpers.reaper import alive, kill_group, kill_marked, new_mark, stacks
 
 ROOT = Path(__file__).parents[2]
 """The repository root: scripts run from there as modules (``python -m tests.scripts.NAME``)."""
@@ -135,6 +136,7 @@ def run_to_end(
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=timeout)
         left = alive(mark)
+        where = "" if ended else stacks(mark)
     finally:
         kill_all(process.pid, mark)
     text = output.text()
@@ -142,7 +144,7 @@ def run_to_end(
         spent = time.monotonic() - start
         pytest.fail(
             f"`{' '.join(command)}` hung: no output for {timeout}s (after {spent:.0f}s); alive then: {left}"
-            f"\n{text[-6000:]}"
+            f"\n{text[-6000:]}\nwhere each process was:\n{where[-20000:]}"
         )
     return Ended(process.wait(), text, left)
 

@@ -1,0 +1,45 @@
+"""The hang guard of ``tests/helpers/runner.py``: a launch that stops printing fails its test with every
+process's Python stack, and everything it started is ended (the suite's "nothing hangs" bound)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.runner import finish
+
+_HANGS = """
+import subprocess, sys, time
+def wait_forever():
+    time.sleep(600)
+child = subprocess.Popen([sys.executable, "-c", "import os, time\\ndef wait_forever():\\n    time.sleep(600)\\nprint(os.getpid(), flush=True)\\nwait_forever()"])
+print(__import__("os").getpid(), flush=True)
+wait_forever()
+"""
+
+
+def _living(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_a_silent_launch_fails_with_its_stacks_and_leaves_nothing_alive() -> None:
+    # NOTE: 10 s without output is the bound under test: the command sleeps 600 s, so it fires however busy
+    # the machine is.
+    with pytest.raises(pytest.fail.Exception) as failure:
+        finish([sys.executable, "-c", _HANGS], timeout=10)
+    message = str(failure.value)
+    assert "hung: no output for 10" in message
+    pids = [int(pid) for pid in re.findall(r"^(\d+)$", message, re.MULTILINE)]
+    assert len(pids) == 2, message
+    assert not any(_living(pid) for pid in pids), "the guard ended the launch and its child"
+    # NOTE: py-spy's frame lines; where the machine forbids reading another process, its reason instead.
+    frames = message.count("wait_forever (<string>:")
+    assert frames == 2 or "Permission denied" in message or "not permitted" in message, message
