@@ -3,7 +3,8 @@
 Each rank runs ``fn(rank, world_size, *args)`` inside an initialised gloo group (file rendezvous, so no
 port can clash), the group destroyed in ``finally``. Results come back in rank order; a failure on any
 rank raises with that rank's traceback; when no rank finished or reported progress (``progress()``) for
-``timeout`` seconds, every rank and what it started (``DataLoader`` workers) is killed and the call fails,
+``timeout`` seconds, every rank and what it started (``DataLoader`` workers) is killed and the call fails
+with each one's Python stack (``py-spy``),
 so a hang can never stall the suite, while a run of many scenarios that reports each one may take as
 long as a loaded machine needs.
 
@@ -24,7 +25,7 @@ from typing import Any
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from tests.helpers.reaper import kill_tree
+from tests.helpers.reaper import descendants, kill_tree, stacks
 
 _PRELOAD = ["torch", "torch.distributed", "lightning_shard", "tests.helpers.dist"]
 _PROGRESS: Any = None
@@ -101,8 +102,12 @@ def run_distributed(
                     failures.append(f"rank {rank}:\n{value}")
                     break
         except queue.Empty:
+            hung = [
+                pid for proc in procs if proc.pid is not None for pid in [proc.pid, *descendants(proc.pid)]
+            ]
             failures.append(
                 f"no progress for {timeout}s; finished ranks: {sorted(results)}; last reports: {reported[-4:]}"
+                f"\nwhere each process was:\n{stacks(hung)[-20000:]}"
             )
         finally:
             for proc in procs:

@@ -65,21 +65,24 @@ def alive(mark: str) -> list[str]:
     return found
 
 
-def stacks(mark: str) -> str:
-    """The Python stacks of every living process carrying ``mark``, as ``py-spy dump`` prints them (a hang's
-    diagnosis); a line saying why where ``py-spy`` is missing or may not read a process."""
+def stacks(pids: list[int]) -> str:
+    """The Python stacks of the processes ``pids``, as ``py-spy dump`` prints them (a hang's diagnosis); a
+    line saying why where ``py-spy`` is missing or may not read a process."""
     spy = shutil.which(
         "py-spy", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     )
     if spy is None:
         return "(no stacks: py-spy is not installed)"
     dumps = []
-    for pid in marked(mark):
+    for pid in pids:
         try:
             dump = subprocess.run(
                 [spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60
             )
-            dumps.append(f"--- {pid}\n{dump.stdout}{dump.stderr}")
+            said = (
+                dump.stdout if dump.returncode == 0 else dump.stderr.partition("\n")[0]
+            )  # NOTE: not its trace
+            dumps.append(f"--- {pid}\n{said}")
         except subprocess.TimeoutExpired:  # NOTE: a generous bound; a dump takes well under a second
             dumps.append(f"--- {pid}: py-spy took over 60 s")
     return "\n".join(dumps)

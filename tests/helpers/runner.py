@@ -23,7 +23,7 @@ from typing import IO
 
 import pytest
 
-from tests.helpers.reaper import alive, kill_group, kill_marked, new_mark, stacks
+from tests.helpers.reaper import alive, kill_group, kill_marked, marked, new_mark, stacks
 
 ROOT = Path(__file__).parents[2]
 """The repository root: scripts run from there as modules (``python -m tests.scripts.NAME``)."""
@@ -136,7 +136,7 @@ def run_to_end(
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=timeout)
         left = alive(mark)
-        where = "" if ended else stacks(mark)
+        where = "" if ended else stacks(marked(mark))
     finally:
         kill_all(process.pid, mark)
     text = output.text()
