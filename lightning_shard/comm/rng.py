@@ -6,8 +6,9 @@ Only the sampler's (or iterable dataset's) generator and the global generators n
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import Enum
+from typing import Any
 
 import torch
 
@@ -64,24 +65,19 @@ def synchronize_rng_states(rng_types: tuple[str, ...], generator: torch.Generato
     """
     if not rng_types:
         return
-    states = broadcast_object([_get_state(name, generator) for name in rng_types])
-    for name, state in zip(rng_types, states, strict=True):
-        _set_state(name, generator, state)
+    accessors = [_accessors(name, generator) for name in rng_types]
+    states = broadcast_object([get_state() for get_state, _ in accessors])
+    for (_, set_state), state in zip(accessors, states, strict=True):
+        set_state(state)
 
 
-def _get_state(name: str, generator: torch.Generator | None) -> torch.Tensor:
+def _accessors(
+    name: str, generator: torch.Generator | None
+) -> tuple[Callable[[], Any], Callable[[Any], Any]]:
+    """The getter and setter of the generator ``name`` stands for."""
     if name == "torch":
-        return torch.get_rng_state()
+        return torch.get_rng_state, torch.set_rng_state
     if name == "cuda":
-        return torch.cuda.get_rng_state()
+        return torch.cuda.get_rng_state, torch.cuda.set_rng_state
     assert generator is not None  # NOTE: normalize_rng_types refuses "generator" without one.
-    return generator.get_state()
-
-
-def _set_state(name: str, generator: torch.Generator | None, state: torch.Tensor) -> None:
-    if name == "torch":
-        torch.set_rng_state(state)
-    elif name == "cuda":
-        torch.cuda.set_rng_state(state)
-    elif generator is not None:
-        generator.set_state(state)
+    return generator.get_state, generator.set_state
