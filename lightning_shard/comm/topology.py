@@ -9,10 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from lightning_shard._checks import check_num_processes, check_process_index
-from lightning_shard.comm.collectives import is_distributed, world_size
+from lightning_shard.comm.collectives import global_rank, world_size
 
 DATA_PARALLEL_MESH_DIMS = ("data_parallel", "dp", "dp_replicate", "dp_shard", "fsdp", "dp_shard_cp")
 """Mesh dimension names that split the data (Lightning's ``ModelParallelStrategy`` names its
@@ -35,9 +34,8 @@ class Topology:
         that count data keep only these ranks' parts, the other ranks of an index holding the same batches."""
         if self.rank_indices is None:
             return tuple(range(self.num_processes))
-        first: dict[int, int] = {}
-        for rank, index in enumerate(self.rank_indices):
-            first.setdefault(index, rank)
+        # NOTE: walked from the highest rank down, so each index keeps its lowest rank.
+        first = {index: rank for rank, index in reversed(list(enumerate(self.rank_indices)))}
         return tuple(first[index] for index in range(self.num_processes))
 
     def covers_world(self) -> bool:
@@ -83,12 +81,7 @@ def resolve_topology(
     Raises:
         TypeError / ValueError: if ``num_processes < 1`` or ``process_index`` is outside ``[0, N)``.
     """
-    if device_mesh is not None:
-        found = mesh_topology(device_mesh)
-    elif is_distributed():
-        found = Topology(dist.get_world_size(), dist.get_rank())
-    else:
-        found = Topology(1, 0)
+    found = mesh_topology(device_mesh) if device_mesh is not None else Topology(world_size(), global_rank())
     size = check_num_processes(found.num_processes if num_processes is None else num_processes)
     index = check_process_index(found.process_index if process_index is None else process_index, size)
     # NOTE: explicit sizes override the mesh; then only the caller knows which ranks share an index.
