@@ -200,7 +200,15 @@ class ShardAudit:
         if not is_distributed():
             return merged
         device = communication_device()
-        self._check_same_length(device, group)
+        # NOTE: audits of different lengths are refused on every process: their all-reduces would not pair.
+        bounds = torch.tensor([self.dataset_length, -self.dataset_length], dtype=torch.int64, device=device)
+        dist.all_reduce(bounds, op=dist.ReduceOp.MAX, group=group)
+        longest, shortest = int(bounds[0]), -int(bounds[1])
+        if longest != shortest:
+            raise ValueError(
+                f"`ShardAudit.gather` got audits of `dataset_length` from {shortest} to {longest} on the "
+                f"processes (this one: {self.dataset_length}). Audit the same dataset on every process."
+            )
         dtype = bitmaps.count_dtype(dist.get_world_size(group))
         for start in range(0, self.seen.numel(), _COUNT_CHUNK // 8):
             part = slice(start, start + _COUNT_CHUNK // 8)
@@ -212,17 +220,6 @@ class ShardAudit:
         dist.all_reduce(records, group=group)
         merged.records = int(records.item())
         return merged
-
-    def _check_same_length(self, device: torch.device, group: Any) -> None:
-        """Refuse, on every process, audits of different lengths (their all-reduces would not pair)."""
-        bounds = torch.tensor([self.dataset_length, -self.dataset_length], dtype=torch.int64, device=device)
-        dist.all_reduce(bounds, op=dist.ReduceOp.MAX, group=group)
-        longest, shortest = int(bounds[0]), -int(bounds[1])
-        if longest != shortest:
-            raise ValueError(
-                f"`ShardAudit.gather` got audits of `dataset_length` from {shortest} to {longest} on the "
-                f"processes (this one: {self.dataset_length}). Audit the same dataset on every process."
-            )
 
     def to_state(self) -> dict[str, Any]:
         """The records as plain data (the bitmaps base64-encoded): ``len(dataset) / 4`` bytes and a count."""
