@@ -84,14 +84,13 @@ class AuditReport:
 
     def raise_on_problem(self) -> None:
         """Raise ``RuntimeError`` with the summary and the usual causes, unless the report is OK."""
-        if self.ok:
-            return
-        raise RuntimeError(
-            f"{self.summary()}. Duplicates beyond the padding mean processes read the same samples (a loader "
-            "that is not sharded, e.g. built without `prepare_data_loader`); missing samples mean a loader "
-            "sharded twice (a `DistributedSampler` or a `BatchSamplerShard` under `prepare_data_loader`) or "
-            "an audit that started in the middle of an epoch."
-        )
+        if not self.ok:
+            raise RuntimeError(
+                f"{self.summary()}. Duplicates beyond the padding mean processes read the same samples (a "
+                "loader that is not sharded, e.g. built without `prepare_data_loader`); missing samples mean a "
+                "loader sharded twice (a `DistributedSampler` or a `BatchSamplerShard` under "
+                "`prepare_data_loader`) or an audit that started in the middle of an epoch."
+            )
 
 
 class ShardAudit:
