@@ -14,7 +14,7 @@ from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any, TypeVar
 
 from lightning_shard._checks import check_bool, check_seed
-from lightning_shard.comm.rng import rng_names
+from lightning_shard.comm.random_states import rng_names
 from lightning_shard.sampling.balance import EvenBatches, check_even_batches
 from lightning_shard.sampling.native_stream import ITERABLE_SHARDING, IterableSharding
 
