@@ -125,9 +125,7 @@ def merge_parts(parts: list[Any]) -> Any:
     first = parts[0]
     if all(isinstance(part, (list, tuple)) for part in parts):
         return [item for part in parts for item in part]
-    if all(isinstance(part, Mapping) for part in parts) and all(
-        part.keys() == first.keys() for part in parts
-    ):
+    if all(isinstance(part, Mapping) and part.keys() == first.keys() for part in parts):
         return {key: merge_parts([part[key] for part in parts]) for key in first}
     if all(isinstance(part, torch.Tensor) for part in parts):
         with contextlib.suppress(RuntimeError):
