@@ -20,9 +20,8 @@ import torch.distributed as dist
 
 from lightning_shard.comm.tree import Node, flatten, unflatten
 
-_HEADER = 4
-"""int64 fields: status, layout bytes, sequence bytes, small-tensor bytes."""
-_HEADER_BYTES = _HEADER * 8
+_HEADER_BYTES = 4 * 8
+"""Four int64 fields: status, layout bytes, sequence bytes, small-tensor bytes."""
 _SMALL_BYTES = 1 << 16
 """Tensors below this size are packed together (fewer messages); larger ones travel alone (no copy)."""
 
