@@ -8,6 +8,7 @@ processes (docs/DESIGN.md, "Scale"). Padding and what ``drop_last`` drops are al
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -177,9 +178,7 @@ class ShardAudit:
                 f"Cannot merge an audit of `dataset_length={other.dataset_length}` into one of "
                 f"`dataset_length={self.dataset_length}`. Audit the same dataset on every process."
             )
-        merged = ShardAudit(
-            self.dataset_length, allowed_padding=self.allowed_padding, allowed_missing=self.allowed_missing
-        )
+        merged = copy.copy(self)  # NOTE: this one's length and allowances; the records are replaced below.
         merged.seen = self.seen | other.seen
         merged.repeated = self.repeated | other.repeated | (self.seen & other.seen)
         merged.records = self.records + other.records
