@@ -20,17 +20,6 @@ from lightning_shard.comm.collectives import all_gather_objects, communication_d
 from lightning_shard.comm.tree import Node, flatten, is_tensor_tree, map_leaves, unflatten
 
 _HASH, _TENSORS, _ROWS, _UNIFORM = range(4)
-_NATIVE = (
-    torch.float16,
-    torch.bfloat16,
-    torch.float32,
-    torch.float64,
-    torch.uint8,
-    torch.int8,
-    torch.int32,
-    torch.int64,
-)
-"""Dtypes both gloo and NCCL all-gather as they are; others travel as bytes."""
 
 
 def gather_in_process_order(data: Any, sources: Sequence[int] | None = None) -> Any:
@@ -92,11 +81,9 @@ def _all_gather_rows(local: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def _all_gather_leaf(leaf: torch.Tensor) -> torch.Tensor:
-    """``[N * rows, ...]``: every process's ``leaf`` (equally shaped), as bytes if the backends need it (gloo
-    gathers no bool or int16): viewed as ``uint8``, the last dimension (or a 1-D leaf's rows) holds the bytes,
-    and the rows gathered along dimension 0 view back as they were."""
-    if leaf.dtype in _NATIVE:
-        return _all_gather_rows(leaf, leaf.device).view(-1, *leaf.shape[1:])
+    """``[N * rows, ...]``: every process's ``leaf`` (equally shaped), as bytes, so that every dtype travels
+    alike (gloo gathers no bool or int16): viewed as ``uint8``, the last dimension (or a 1-D leaf's rows) holds
+    the bytes, and the rows gathered along dimension 0 view back as they were (views only, no copy)."""
     gathered = _all_gather_rows(leaf.contiguous().view(torch.uint8), leaf.device).flatten(0, 1)
     if not gathered.numel():
         # NOTE: no bytes to view back (a dimension of size 0): only the shape is known.
