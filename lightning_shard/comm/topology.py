@@ -49,11 +49,10 @@ def mesh_topology(mesh: Any) -> Topology:
     """The data-parallel topology a ``DeviceMesh`` describes: the product of its data-parallel
     dimensions (``DATA_PARALLEL_MESH_DIMS``), this rank's index in it (row-major over those dimensions,
     in mesh order), and, when the mesh spans the whole process group, every rank's index."""
-    names = tuple(mesh.mesh_dim_names or ())
     ranks: torch.Tensor = mesh.mesh
     indices = torch.zeros(ranks.shape, dtype=torch.int64)
     size = 1
-    for dim, name in enumerate(names):
+    for dim, name in enumerate(mesh.mesh_dim_names or ()):
         if name in DATA_PARALLEL_MESH_DIMS:
             extent = ranks.shape[dim]
             coordinate = torch.arange(extent).reshape([extent if d == dim else 1 for d in range(ranks.dim())])
