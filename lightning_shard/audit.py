@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from lightning_shard._checks import check_non_negative
 from lightning_shard.comm import bitmaps
-from lightning_shard.comm.collectives import communication_device, is_distributed
+from lightning_shard.comm.collectives import all_reduce_ints, communication_device, is_distributed
 from lightning_shard.loaders.position import ShardingInfo
 from lightning_shard.sampling.balance import EvenBatches, is_balanced
 
@@ -199,9 +199,8 @@ class ShardAudit:
             return merged
         device = communication_device()
         # NOTE: audits of different lengths are refused on every process: their all-reduces would not pair.
-        bounds = torch.tensor([self.dataset_length, -self.dataset_length], dtype=torch.int64, device=device)
-        dist.all_reduce(bounds, op=dist.ReduceOp.MAX, group=group)
-        longest, shortest = int(bounds[0]), -int(bounds[1])
+        bounds = all_reduce_ints([self.dataset_length, -self.dataset_length], dist.ReduceOp.MAX, group)
+        longest, shortest = bounds[0], -bounds[1]
         if longest != shortest:
             raise ValueError(
                 f"`ShardAudit.gather` got audits of `dataset_length` from {shortest} to {longest} on the "
@@ -214,9 +213,7 @@ class ShardAudit:
             dist.all_reduce(counts, group=group)
             counts = counts.cpu()
             merged.seen[part], merged.repeated[part] = bitmaps.pack(counts >= 1), bitmaps.pack(counts >= 2)
-        records = torch.tensor([self.records], dtype=torch.int64, device=device)
-        dist.all_reduce(records, group=group)
-        merged.records = int(records.item())
+        merged.records = all_reduce_ints([self.records], dist.ReduceOp.SUM, group)[0]
         return merged
 
     def to_state(self) -> dict[str, Any]:

@@ -54,9 +54,15 @@ def all_true(flag: bool) -> bool:
     number of processes (``flag`` itself without a process group)."""
     if not is_distributed():
         return flag
-    value = torch.tensor([int(flag)], dtype=torch.int64, device=communication_device())
-    dist.all_reduce(value, op=dist.ReduceOp.MIN)
-    return bool(value.item())
+    return bool(all_reduce_ints([int(flag)], dist.ReduceOp.MIN)[0])
+
+
+def all_reduce_ints(values: list[int], op: dist.ReduceOp.RedOpType, group: Any = None) -> list[int]:
+    """``values`` reduced element-wise by ``op`` over the processes of ``group`` (the default group: ``None``),
+    in one all-reduce of a small tensor on the ``communication_device``."""
+    reduced = torch.tensor(values, dtype=torch.int64, device=communication_device())
+    dist.all_reduce(reduced, op=op, group=group)
+    return reduced.tolist()
 
 
 def communication_device() -> torch.device:
@@ -139,7 +145,5 @@ def same_on_every_process(digest: int | None) -> bool:
     if not is_distributed():
         return False
     values = [_NONE, _NONE, 1] if digest is None else [digest, -digest, 0]
-    extremes = torch.tensor(values, dtype=torch.int64, device=communication_device())
-    dist.all_reduce(extremes, op=dist.ReduceOp.MAX)
-    largest, smallest, any_without = (int(value) for value in extremes.tolist())
+    largest, smallest, any_without = all_reduce_ints(values, dist.ReduceOp.MAX)
     return not any_without and largest == -smallest
