@@ -32,16 +32,13 @@ def gather_in_process_order(data: Any, sources: Sequence[int] | None = None) -> 
     node, leaves = flatten(data)
     tensors = is_tensor_tree(data)
     header = _all_gather_rows(_header(node, leaves, tensors), communication_device()).cpu()
-    # NOTE: one reduction gives every column's range: equal hashes, all tensors, equal rows, all uniform.
+    # NOTE: one reduction gives every column's range: equal hashes, all tensors, all uniform.
     low, high = (values.tolist() for values in header.aminmax(dim=0))
     if low[_HASH] != high[_HASH] or not low[_TENSORS]:
         parts = all_gather_objects(_to_cpu(data))
         return merge_parts(parts if sources is None else [parts[rank] for rank in sources])
-    if low[_UNIFORM] and low[_ROWS] == high[_ROWS] and sources is None:
-        gathered = [_all_gather_leaf(torch.atleast_1d(leaf)) for leaf in leaves]
-    else:
-        rows = _leaf_rows(leaves, header, bool(low[_UNIFORM]))
-        gathered = [_gather_leaf(leaf, rows[:, column], sources) for column, leaf in enumerate(leaves)]
+    rows = _leaf_rows(leaves, header, bool(low[_UNIFORM]))
+    gathered = [_gather_leaf(leaf, rows[:, column], sources) for column, leaf in enumerate(leaves)]
     return unflatten(node, gathered)
 
 
@@ -93,12 +90,15 @@ def _all_gather_leaf(leaf: torch.Tensor) -> torch.Tensor:
 
 def _gather_leaf(leaf: torch.Tensor, rows: torch.Tensor, sources: Sequence[int] | None) -> torch.Tensor:
     """``leaf`` of every process (of ``sources``), concatenated along dimension 0: padded to the longest of
-    ``rows`` (each process's count, on the CPU), all-gathered at once, the real rows kept by one index."""
+    ``rows`` (each process's count, on the CPU), all-gathered at once, the real rows kept by one index (no
+    index when every process has as many rows and all are kept)."""
     leaf = torch.atleast_1d(leaf)
     longest = int(rows.max())
     if leaf.shape[0] < longest:
         leaf = torch.cat([leaf, leaf.new_zeros((longest - leaf.shape[0], *leaf.shape[1:]))])
     padded = _all_gather_leaf(leaf)
+    if sources is None and bool((rows == longest).all()):
+        return padded  # NOTE: no padding to drop, nothing to reorder: the gather itself.
     ranks = torch.arange(rows.shape[0]) if sources is None else torch.tensor(list(sources), dtype=torch.int64)
     kept = rows[ranks]
     offsets = torch.arange(longest)
