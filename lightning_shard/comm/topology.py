@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from lightning_shard._checks import check_num_processes, check_process_index
-from lightning_shard.comm.collectives import global_rank, world_size
+from lightning_shard.comm.collectives import is_distributed, world_size
 
 DATA_PARALLEL_MESH_DIMS = ("data_parallel", "dp", "dp_replicate", "dp_shard", "fsdp", "dp_shard_cp")
 """Mesh dimension names that split the data (Lightning's ``ModelParallelStrategy`` names its
@@ -80,7 +81,10 @@ def resolve_topology(
     Raises:
         TypeError / ValueError: if ``num_processes < 1`` or ``process_index`` is outside ``[0, N)``.
     """
-    found = mesh_topology(device_mesh) if device_mesh is not None else Topology(world_size(), global_rank())
+    if device_mesh is not None:
+        found = mesh_topology(device_mesh)
+    else:
+        found = Topology(dist.get_world_size(), dist.get_rank()) if is_distributed() else Topology(1, 0)
     size = check_num_processes(found.num_processes if num_processes is None else num_processes)
     index = check_process_index(found.process_index if process_index is None else process_index, size)
     # NOTE: explicit sizes override the mesh; then only the caller knows which ranks share an index.
