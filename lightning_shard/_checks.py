@@ -60,10 +60,9 @@ def check_non_negative(name: str, value: Any, fix: str | None = None) -> int:
 
 def check_positive(name: str, value: Any, fix: str) -> int:
     """Return ``value`` if it is an integer of at least 1; ``fix`` says what to pass instead."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"`{name}` must be a positive integer, got {value!r} ({type(value).__name__}). {fix}")
+    _check_int(name, value, "a positive integer", fix)
     if value < 1:
-        raise ValueError(f"`{name}` must be at least 1, got {value}. {fix}")
+        raise ValueError(f"`{name}` must be at least 1, got {value}. Pass {fix}.")
     return value
 
 

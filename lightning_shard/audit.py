@@ -8,6 +8,7 @@ processes (docs/DESIGN.md, "Scale"). Padding and what ``drop_last`` drops are al
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ import torch.distributed as dist
 
 from lightning_shard._checks import check_non_negative
 from lightning_shard.comm import bitmaps
-from lightning_shard.comm.collectives import communication_device, is_distributed
+from lightning_shard.comm.collectives import all_reduce_ints, communication_device, is_distributed
 from lightning_shard.loaders.position import ShardingInfo
 from lightning_shard.sampling.balance import EvenBatches, is_balanced
 
@@ -84,14 +85,13 @@ class AuditReport:
 
     def raise_on_problem(self) -> None:
         """Raise ``RuntimeError`` with the summary and the usual causes, unless the report is OK."""
-        if self.ok:
-            return
-        raise RuntimeError(
-            f"{self.summary()}. Duplicates beyond the padding mean processes read the same samples (a loader "
-            "that is not sharded, e.g. built without `prepare_data_loader`); missing samples mean a loader "
-            "sharded twice (a `DistributedSampler` or a `BatchSamplerShard` under `prepare_data_loader`) or "
-            "an audit that started in the middle of an epoch."
-        )
+        if not self.ok:
+            raise RuntimeError(
+                f"{self.summary()}. Duplicates beyond the padding mean processes read the same samples (a "
+                "loader that is not sharded, e.g. built without `prepare_data_loader`); missing samples mean a "
+                "loader sharded twice (a `DistributedSampler` or a `BatchSamplerShard` under "
+                "`prepare_data_loader`) or an audit that started in the middle of an epoch."
+            )
 
 
 class ShardAudit:
@@ -178,9 +178,7 @@ class ShardAudit:
                 f"Cannot merge an audit of `dataset_length={other.dataset_length}` into one of "
                 f"`dataset_length={self.dataset_length}`. Audit the same dataset on every process."
             )
-        merged = ShardAudit(
-            self.dataset_length, allowed_padding=self.allowed_padding, allowed_missing=self.allowed_missing
-        )
+        merged = copy.copy(self)  # NOTE: this one's length and allowances; the records are replaced below.
         merged.seen = self.seen | other.seen
         merged.repeated = self.repeated | other.repeated | (self.seen & other.seen)
         merged.records = self.records + other.records
@@ -200,7 +198,14 @@ class ShardAudit:
         if not is_distributed():
             return merged
         device = communication_device()
-        self._check_same_length(device, group)
+        # NOTE: audits of different lengths are refused on every process: their all-reduces would not pair.
+        bounds = all_reduce_ints([self.dataset_length, -self.dataset_length], dist.ReduceOp.MAX, group)
+        longest, shortest = bounds[0], -bounds[1]
+        if longest != shortest:
+            raise ValueError(
+                f"`ShardAudit.gather` got audits of `dataset_length` from {shortest} to {longest} on the "
+                f"processes (this one: {self.dataset_length}). Audit the same dataset on every process."
+            )
         dtype = bitmaps.count_dtype(dist.get_world_size(group))
         for start in range(0, self.seen.numel(), _COUNT_CHUNK // 8):
             part = slice(start, start + _COUNT_CHUNK // 8)
@@ -208,21 +213,8 @@ class ShardAudit:
             dist.all_reduce(counts, group=group)
             counts = counts.cpu()
             merged.seen[part], merged.repeated[part] = bitmaps.pack(counts >= 1), bitmaps.pack(counts >= 2)
-        records = torch.tensor([self.records], dtype=torch.int64, device=device)
-        dist.all_reduce(records, group=group)
-        merged.records = int(records.item())
+        merged.records = all_reduce_ints([self.records], dist.ReduceOp.SUM, group)[0]
         return merged
-
-    def _check_same_length(self, device: torch.device, group: Any) -> None:
-        """Refuse, on every process, audits of different lengths (their all-reduces would not pair)."""
-        bounds = torch.tensor([self.dataset_length, -self.dataset_length], dtype=torch.int64, device=device)
-        dist.all_reduce(bounds, op=dist.ReduceOp.MAX, group=group)
-        longest, shortest = int(bounds[0]), -int(bounds[1])
-        if longest != shortest:
-            raise ValueError(
-                f"`ShardAudit.gather` got audits of `dataset_length` from {shortest} to {longest} on the "
-                f"processes (this one: {self.dataset_length}). Audit the same dataset on every process."
-            )
 
     def to_state(self) -> dict[str, Any]:
         """The records as plain data (the bitmaps base64-encoded): ``len(dataset) / 4`` bytes and a count."""

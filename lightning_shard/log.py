@@ -28,9 +28,8 @@ def process_rank() -> int:
     return 0
 
 
-def info(message: str) -> None:
-    """Log ``message`` (a plan line, a notice) at ``INFO``, from rank zero."""
-    logger.info(message)
+info = logger.info
+"""Log a message (a plan line, a notice) at ``INFO``, from rank zero."""
 
 
 def warn(message: str, category: type[Warning] = UserWarning, stacklevel: int = 2) -> None:

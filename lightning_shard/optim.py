@@ -200,8 +200,30 @@ class ShardScheduler:
     ) -> None:
         self.step_with_optimizer = check_bool("step_with_optimizer", step_with_optimizer)
         self.split_batches = check_bool("split_batches", split_batches)
-        self.scheduler = _check_scheduler(scheduler, self.step_with_optimizer)
-        self.optimizers = _optimizer_list(optimizers)
+        if isinstance(scheduler, Optimizer):
+            raise TypeError(
+                f"`scheduler` must be an LR scheduler, got the optimizer {type(scheduler).__name__}; the "
+                "arguments may be swapped. Pass `ShardScheduler(scheduler, optimizers)`, e.g. with a `LambdaLR`."
+            )
+        if not callable(getattr(scheduler, "step", None)):
+            raise TypeError(
+                f"`scheduler` must be an LR scheduler with a `step()` method, got {type(scheduler).__name__}. "
+                "Pass e.g. a `torch.optim.lr_scheduler.LambdaLR`."
+            )
+        if self.step_with_optimizer and isinstance(scheduler, ReduceLROnPlateau):
+            raise ValueError(
+                "`ReduceLROnPlateau` steps on a monitored metric, not per optimizer step, so it cannot be "
+                "scaled with `step_with_optimizer=True`. Pass `step_with_optimizer=False`, or step it yourself."
+            )
+        self.scheduler = scheduler
+        self.optimizers = list(optimizers) if isinstance(optimizers, (list, tuple)) else [optimizers]
+        for optimizer in self.optimizers:
+            if not isinstance(optimizer, Optimizer):
+                raise TypeError(
+                    f"`optimizers` must be an optimizer or a list of optimizers, got an element of type "
+                    f"{type(optimizer).__name__}. Pass the optimizer(s) the scheduler follows, e.g. the "
+                    "`ShardOptimizer` wrapping it."
+                )
         self.num_processes = check_num_processes(world_size() if num_processes is None else num_processes)
 
     def step(self, *args: Any, **kwargs: Any) -> None:
@@ -260,34 +282,3 @@ def _to_device(value: Any, device: torch.device, left: frozenset[str] = frozense
     if isinstance(value, (list, tuple)):
         return type(value)(_to_device(item, device) for item in value)
     return value
-
-
-def _check_scheduler(scheduler: Any, step_with_optimizer: bool) -> Any:
-    if isinstance(scheduler, Optimizer):
-        raise TypeError(
-            f"`scheduler` must be an LR scheduler, got the optimizer {type(scheduler).__name__}; the arguments "
-            "may be swapped. Pass `ShardScheduler(scheduler, optimizers)`, e.g. with a `LambdaLR`."
-        )
-    if not callable(getattr(scheduler, "step", None)):
-        raise TypeError(
-            f"`scheduler` must be an LR scheduler with a `step()` method, got {type(scheduler).__name__}. "
-            "Pass e.g. a `torch.optim.lr_scheduler.LambdaLR`."
-        )
-    if step_with_optimizer and isinstance(scheduler, ReduceLROnPlateau):
-        raise ValueError(
-            "`ReduceLROnPlateau` steps on a monitored metric, not per optimizer step, so it cannot be "
-            "scaled with `step_with_optimizer=True`. Pass `step_with_optimizer=False`, or step it yourself."
-        )
-    return scheduler
-
-
-def _optimizer_list(optimizers: Any) -> list[Optimizer]:
-    listed = list(optimizers) if isinstance(optimizers, (list, tuple)) else [optimizers]
-    for optimizer in listed:
-        if not isinstance(optimizer, Optimizer):
-            raise TypeError(
-                f"`optimizers` must be an optimizer or a list of optimizers, got an element of type "
-                f"{type(optimizer).__name__}. Pass the optimizer(s) the scheduler follows, e.g. the "
-                "`ShardOptimizer` wrapping it."
-            )
-    return listed

@@ -14,7 +14,7 @@ from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any, TypeVar
 
 from lightning_shard._checks import check_bool, check_seed
-from lightning_shard.comm.rng import rng_names
+from lightning_shard.comm.random_states import rng_names
 from lightning_shard.sampling.balance import EvenBatches, check_even_batches
 from lightning_shard.sampling.native_stream import ITERABLE_SHARDING, IterableSharding
 
@@ -114,16 +114,16 @@ class ShardOptions(_Options):
 
     def __post_init__(self) -> None:
         for option in fields(self):
-            if option.type == "bool":  # NOTE: the annotation's text (`from __future__ import annotations`).
-                check_bool(option.name, getattr(self, option.name))
+            value = getattr(self, option.name)
+            # NOTE: the annotations' text (`from __future__ import annotations`); `dispatch_batches` may be None.
+            if option.type == "bool" or (option.type == "bool | None" and value is not None):
+                check_bool(option.name, value)
         check_even_batches(self.even_batches)
         if self.iterable_sharding not in ITERABLE_SHARDING:
             raise ValueError(
                 f"`iterable_sharding` must be one of {list(ITERABLE_SHARDING)}, got {self.iterable_sharding!r}. "
                 'Use "auto" (the default), "native" or "stride".'
             )
-        if self.dispatch_batches is not None:
-            check_bool("dispatch_batches", self.dispatch_batches)
         if self.slice_fn_for_dispatch is not None and not callable(self.slice_fn_for_dispatch):
             raise TypeError(
                 f"`slice_fn_for_dispatch` must be callable, got {self.slice_fn_for_dispatch!r}. Pass a function "

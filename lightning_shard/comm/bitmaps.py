@@ -5,7 +5,6 @@ dataset beyond a few megabytes."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 
 import torch
 
@@ -25,10 +24,8 @@ def decode(encoded: str) -> torch.Tensor:
 
 
 def popcount(bitmap: torch.Tensor) -> int:
-    total = 0
-    for start in range(0, bitmap.numel(), _CHUNK_BYTES):
-        total += int(_POPCOUNT[bitmap[start : start + _CHUNK_BYTES].long()].sum())
-    return total
+    starts = range(0, bitmap.numel(), _CHUNK_BYTES)
+    return sum(int(_POPCOUNT[bitmap[start : start + _CHUNK_BYTES].long()].sum()) for start in starts)
 
 
 def count_dtype(num_processes: int) -> torch.dtype:
@@ -66,15 +63,14 @@ def set_bits(bitmap: torch.Tensor, indices: torch.Tensor) -> None:
     bitmap.index_put_((indices >> 3,), _masks(indices), accumulate=True)
 
 
-def first(bitmap: torch.Tensor, value: bool, length: int) -> Iterator[int]:
-    """The first few indices below ``length`` whose bit is ``value``."""
-    found = 0
+def first(bitmap: torch.Tensor, value: bool, length: int) -> list[int]:
+    """The first few (``EXAMPLES``) indices below ``length`` whose bit is ``value``."""
+    found: list[int] = []
     for start in range(0, bitmap.numel(), _CHUNK_BYTES):
         hits = (
             torch.nonzero(unpack(bitmap[start : start + _CHUNK_BYTES]) == int(value)).reshape(-1) + start * 8
         )
-        for index in hits[hits < length][: EXAMPLES - found].tolist():
-            yield index
-            found += 1
-        if found == EXAMPLES:
-            return
+        found += hits[hits < length][: EXAMPLES - len(found)].tolist()
+        if len(found) == EXAMPLES:
+            break
+    return found

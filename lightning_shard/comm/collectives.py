@@ -1,10 +1,15 @@
 """The collectives the core uses: objects and tensors across the default process group; each is the identity
-(or a one-element list) without one, so single-process code paths need no special case."""
+(or a one-element list) without one, so single-process code paths need no special case. Among them, whether
+every process holds the same batch: a digest of it, compared in one all-reduce of three integers (a maximum),
+whatever the number of processes (docs/DESIGN.md, "Iterables left as they are")."""
 
 from __future__ import annotations
 
 import atexit
 import functools
+import hashlib
+import pickle
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -49,9 +54,15 @@ def all_true(flag: bool) -> bool:
     number of processes (``flag`` itself without a process group)."""
     if not is_distributed():
         return flag
-    value = torch.tensor([int(flag)], dtype=torch.int64, device=communication_device())
-    dist.all_reduce(value, op=dist.ReduceOp.MIN)
-    return bool(value.item())
+    return bool(all_reduce_ints([int(flag)], dist.ReduceOp.MIN)[0])
+
+
+def all_reduce_ints(values: list[int], op: dist.ReduceOp.RedOpType, group: Any = None) -> list[int]:
+    """``values`` reduced element-wise by ``op`` over the processes of ``group`` (the default group: ``None``),
+    in one all-reduce of a small tensor on the ``communication_device``."""
+    reduced = torch.tensor(values, dtype=torch.int64, device=communication_device())
+    dist.all_reduce(reduced, op=op, group=group)
+    return reduced.tolist()
 
 
 def communication_device() -> torch.device:
@@ -92,3 +103,47 @@ def _destroy_default_group() -> None:
     # NOTE: `clear` drops each group holding the GIL; torch's `ProcessGroup` binding releases it before the
     # destructor joins the group's threads (`tests/core/test_exit.py` fails if it no longer does).
     _HELD_GROUPS.clear()
+
+
+# -- whether every process holds the same batch ------------------------------------------------------
+_NONE = -(1 << 62)
+"""What a process without a batch sends as its digest: below every digest (``[0, 2**62)``)."""
+
+
+def batch_digest(batch: Any) -> int:
+    """A 62-bit digest of ``batch``'s contents: each tensor's dtype, shape and bytes, each container's
+    structure, each other value pickled (its ``repr`` if it cannot be)."""
+    digest = hashlib.blake2b(digest_size=8)
+    _feed(digest, batch)
+    return int.from_bytes(digest.digest(), "little") >> 2
+
+
+def _feed(digest: Any, value: Any) -> None:
+    if isinstance(value, torch.Tensor):
+        flat = value.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"tensor{value.dtype}{tuple(value.shape)}".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
+    elif isinstance(value, Mapping):
+        digest.update(f"map{len(value)}".encode())
+        for key, item in value.items():
+            _feed(digest, key)
+            _feed(digest, item)
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"{type(value).__name__}{len(value)}".encode())
+        for item in value:
+            _feed(digest, item)
+    else:
+        try:
+            digest.update(pickle.dumps(value))
+        except Exception:  # noqa: BLE001 - any object: what cannot be pickled is told apart by its repr
+            digest.update(repr(value).encode())
+
+
+def same_on_every_process(digest: int | None) -> bool:
+    """Whether every process passed the same ``digest`` (``None``: this process has no batch, so not every
+    process holds the same). Every process must call it; ``False`` without a process group."""
+    if not is_distributed():
+        return False
+    values = [_NONE, _NONE, 1] if digest is None else [digest, -digest, 0]
+    largest, smallest, any_without = all_reduce_ints(values, dist.ReduceOp.MAX)
+    return not any_without and largest == -smallest

@@ -20,17 +20,6 @@ from lightning_shard.comm.collectives import all_gather_objects, communication_d
 from lightning_shard.comm.tree import Node, flatten, is_tensor_tree, map_leaves, unflatten
 
 _HASH, _TENSORS, _ROWS, _UNIFORM = range(4)
-_NATIVE = (
-    torch.float16,
-    torch.bfloat16,
-    torch.float32,
-    torch.float64,
-    torch.uint8,
-    torch.int8,
-    torch.int32,
-    torch.int64,
-)
-"""Dtypes both gloo and NCCL all-gather as they are; others travel as bytes."""
 
 
 def gather_in_process_order(data: Any, sources: Sequence[int] | None = None) -> Any:
@@ -43,16 +32,13 @@ def gather_in_process_order(data: Any, sources: Sequence[int] | None = None) -> 
     node, leaves = flatten(data)
     tensors = is_tensor_tree(data)
     header = _all_gather_rows(_header(node, leaves, tensors), communication_device()).cpu()
-    # NOTE: one reduction gives every column's range: equal hashes, all tensors, equal rows, all uniform.
+    # NOTE: one reduction gives every column's range: equal hashes, all tensors, all uniform.
     low, high = (values.tolist() for values in header.aminmax(dim=0))
     if low[_HASH] != high[_HASH] or not low[_TENSORS]:
         parts = all_gather_objects(_to_cpu(data))
         return merge_parts(parts if sources is None else [parts[rank] for rank in sources])
-    if low[_UNIFORM] and low[_ROWS] == high[_ROWS] and sources is None:
-        gathered = [_all_gather_leaf(torch.atleast_1d(leaf)) for leaf in leaves]
-    else:
-        rows = _leaf_rows(leaves, header, bool(low[_UNIFORM]))
-        gathered = [_gather_leaf(leaf, rows[:, column], sources) for column, leaf in enumerate(leaves)]
+    rows = _leaf_rows(leaves, header, bool(low[_UNIFORM]))
+    gathered = [_gather_leaf(leaf, rows[:, column], sources) for column, leaf in enumerate(leaves)]
     return unflatten(node, gathered)
 
 
@@ -92,11 +78,9 @@ def _all_gather_rows(local: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def _all_gather_leaf(leaf: torch.Tensor) -> torch.Tensor:
-    """``[N * rows, ...]``: every process's ``leaf`` (equally shaped), as bytes if the backends need it (gloo
-    gathers no bool or int16): viewed as ``uint8``, the last dimension (or a 1-D leaf's rows) holds the bytes,
-    and the rows gathered along dimension 0 view back as they were."""
-    if leaf.dtype in _NATIVE:
-        return _all_gather_rows(leaf, leaf.device).view(-1, *leaf.shape[1:])
+    """``[N * rows, ...]``: every process's ``leaf`` (equally shaped), as bytes, so that every dtype travels
+    alike (gloo gathers no bool or int16): viewed as ``uint8``, the last dimension (or a 1-D leaf's rows) holds
+    the bytes, and the rows gathered along dimension 0 view back as they were (views only, no copy)."""
     gathered = _all_gather_rows(leaf.contiguous().view(torch.uint8), leaf.device).flatten(0, 1)
     if not gathered.numel():
         # NOTE: no bytes to view back (a dimension of size 0): only the shape is known.
@@ -106,12 +90,15 @@ def _all_gather_leaf(leaf: torch.Tensor) -> torch.Tensor:
 
 def _gather_leaf(leaf: torch.Tensor, rows: torch.Tensor, sources: Sequence[int] | None) -> torch.Tensor:
     """``leaf`` of every process (of ``sources``), concatenated along dimension 0: padded to the longest of
-    ``rows`` (each process's count, on the CPU), all-gathered at once, the real rows kept by one index."""
+    ``rows`` (each process's count, on the CPU), all-gathered at once, the real rows kept by one index (no
+    index when every process has as many rows and all are kept)."""
     leaf = torch.atleast_1d(leaf)
     longest = int(rows.max())
     if leaf.shape[0] < longest:
         leaf = torch.cat([leaf, leaf.new_zeros((longest - leaf.shape[0], *leaf.shape[1:]))])
     padded = _all_gather_leaf(leaf)
+    if sources is None and bool((rows == longest).all()):
+        return padded  # NOTE: no padding to drop, nothing to reorder: the gather itself.
     ranks = torch.arange(rows.shape[0]) if sources is None else torch.tensor(list(sources), dtype=torch.int64)
     kept = rows[ranks]
     offsets = torch.arange(longest)
@@ -125,9 +112,7 @@ def merge_parts(parts: list[Any]) -> Any:
     first = parts[0]
     if all(isinstance(part, (list, tuple)) for part in parts):
         return [item for part in parts for item in part]
-    if all(isinstance(part, Mapping) for part in parts) and all(
-        part.keys() == first.keys() for part in parts
-    ):
+    if all(isinstance(part, Mapping) and part.keys() == first.keys() for part in parts):
         return {key: merge_parts([part[key] for part in parts]) for key in first}
     if all(isinstance(part, torch.Tensor) for part in parts):
         with contextlib.suppress(RuntimeError):

@@ -35,9 +35,8 @@ class Topology:
         that count data keep only these ranks' parts, the other ranks of an index holding the same batches."""
         if self.rank_indices is None:
             return tuple(range(self.num_processes))
-        first: dict[int, int] = {}
-        for rank, index in enumerate(self.rank_indices):
-            first.setdefault(index, rank)
+        # NOTE: walked from the highest rank down, so each index keeps its lowest rank.
+        first = {index: rank for rank, index in reversed(list(enumerate(self.rank_indices)))}
         return tuple(first[index] for index in range(self.num_processes))
 
     def covers_world(self) -> bool:
@@ -51,11 +50,10 @@ def mesh_topology(mesh: Any) -> Topology:
     """The data-parallel topology a ``DeviceMesh`` describes: the product of its data-parallel
     dimensions (``DATA_PARALLEL_MESH_DIMS``), this rank's index in it (row-major over those dimensions,
     in mesh order), and, when the mesh spans the whole process group, every rank's index."""
-    names = tuple(mesh.mesh_dim_names or ())
     ranks: torch.Tensor = mesh.mesh
     indices = torch.zeros(ranks.shape, dtype=torch.int64)
     size = 1
-    for dim, name in enumerate(names):
+    for dim, name in enumerate(mesh.mesh_dim_names or ()):
         if name in DATA_PARALLEL_MESH_DIMS:
             extent = ranks.shape[dim]
             coordinate = torch.arange(extent).reshape([extent if d == dim else 1 for d in range(ranks.dim())])
@@ -85,10 +83,8 @@ def resolve_topology(
     """
     if device_mesh is not None:
         found = mesh_topology(device_mesh)
-    elif is_distributed():
-        found = Topology(dist.get_world_size(), dist.get_rank())
     else:
-        found = Topology(1, 0)
+        found = Topology(dist.get_world_size(), dist.get_rank()) if is_distributed() else Topology(1, 0)
     size = check_num_processes(found.num_processes if num_processes is None else num_processes)
     index = check_process_index(found.process_index if process_index is None else process_index, size)
     # NOTE: explicit sizes override the mesh; then only the caller knows which ranks share an index.

@@ -8,7 +8,7 @@ gathering all walk batches through ``flatten`` / ``unflatten``, so they agree on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,18 +55,15 @@ def _flatten(value: Any, leaves: list[Any]) -> Node:
     return Node("const", value=value)
 
 
-def unflatten(node: Node, leaves: list[Any], on_const: Callable[[Any], Any] | None = None) -> Any:
+def unflatten(node: Node, leaves: Iterable[Any], on_const: Callable[[Any], Any] | None = None) -> Any:
     """Rebuild a batch from ``flatten``'s output (``leaves`` is consumed in order), each constant replaced
     by ``on_const(constant)`` when given (``send_to_device`` moves objects with a ``to`` method this way)."""
-    return _unflatten(node, iter(leaves), on_const)
-
-
-def _unflatten(node: Node, leaves: Any, on_const: Callable[[Any], Any] | None) -> Any:
+    remaining = iter(leaves)  # NOTE: an iterator's `iter` is itself: the children consume one iterator.
     if node.kind in ("tensor", "seq"):
-        return next(leaves)
+        return next(remaining)
     if node.kind == "const":
         return node.value if on_const is None else on_const(node.value)
-    children = [_unflatten(child, leaves, on_const) for child in node.children]
+    children = [unflatten(child, remaining, on_const) for child in node.children]
     assert node.container is not None  # NOTE: every container node records its type.
     if node.kind == "dict":
         mapping = dict(zip(node.keys, children, strict=True))

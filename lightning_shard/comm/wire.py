@@ -20,9 +20,8 @@ import torch.distributed as dist
 
 from lightning_shard.comm.tree import Node, flatten, unflatten
 
-_HEADER = 4
-"""int64 fields: status, layout bytes, sequence bytes, small-tensor bytes."""
-_HEADER_BYTES = _HEADER * 8
+_HEADER_BYTES = 4 * 8
+"""Four int64 fields: status, layout bytes, sequence bytes, small-tensor bytes."""
 _SMALL_BYTES = 1 << 16
 """Tensors below this size are packed together (fewer messages); larger ones travel alone (no copy)."""
 
@@ -87,7 +86,7 @@ class Channel:
         payload = message.encode()
         self._send_control([int(status), 0, len(payload), 0])
         if payload:
-            self._send(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
+            self._send(_from_bytes(payload))
 
     def send_batch(self, batch: Any, last: bool) -> None:
         """Send ``batch`` (this peer's slice). At most one batch is in flight per peer."""
@@ -127,8 +126,7 @@ class Channel:
         control = self._recv(_control_bytes(self.last_layout))
         status, layout_size, sequence_size, small_size = control[:_HEADER_BYTES].view(torch.int64).tolist()
         if Status(status) in (Status.STOP, Status.ERROR):
-            text = _bytes(self._recv(sequence_size)).decode() if sequence_size else ""
-            return Status(status), text
+            return Status(status), _bytes(self._recv(sequence_size)).decode() if sequence_size else ""
         small = control[_HEADER_BYTES:]
         if layout_size:
             self.last_layout = pickle.loads(_bytes(self._recv(layout_size)))

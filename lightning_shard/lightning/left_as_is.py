@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from lightning_shard.comm.digest import batch_digest, same_on_every_process
+from lightning_shard.comm.collectives import batch_digest, same_on_every_process
 from lightning_shard.loaders.position import LeftAsItIs
 
 _END = object()

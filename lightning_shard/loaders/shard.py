@@ -15,7 +15,7 @@ from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler, def
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lightning_shard.comm.collectives import is_distributed
-from lightning_shard.comm.rng import normalize_rng_types
+from lightning_shard.comm.random_states import normalize_rng_types
 from lightning_shard.comm.topology import Topology, resolve_topology
 from lightning_shard.comm.tree import slice_batch
 from lightning_shard.loaders.base import ResumableLoader, init_data_loader, loader_settings

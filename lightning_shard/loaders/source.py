@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import DataLoader
 
-from lightning_shard.comm.rng import synchronize_rng_states
+from lightning_shard.comm.random_states import synchronize_rng_states
 from lightning_shard.comm.tree import send_to_device
 from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.stream_agreement import (

@@ -60,7 +60,7 @@ class IterableDatasetShard(IterableDataset):
     ) -> None:
         self.num_processes = check_num_processes(num_processes)
         self.process_index = check_process_index(process_index, self.num_processes)
-        check_positive("batch_size", batch_size, "Pass the number of samples per batch, e.g. `batch_size=8`.")
+        check_positive("batch_size", batch_size, "the number of samples per batch, e.g. `batch_size=8`")
         if split_batches:
             check_split_batch_size(batch_size, self.num_processes, "iterable dataset")
         self.dataset = dataset

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from lightning_shard.comm.digest import batch_digest, same_on_every_process
+from lightning_shard.comm.collectives import batch_digest, same_on_every_process
 from lightning_shard.lightning.left_as_is import StatefulFirstBatchChecked, checked
 from lightning_shard.loaders.kinds import classify_iterable
 from lightning_shard.loaders.position import LeftAsItIs
