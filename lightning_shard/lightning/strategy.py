@@ -18,7 +18,7 @@ from typing_extensions import override
 
 from lightning_shard.comm.collectives import destroy_group_at_exit
 from lightning_shard.comm.topology import Topology
-from lightning_shard.lightning._private import RegisteredNames, callback_state, replace_callback_state
+from lightning_shard.lightning._private import RegisteredNames, saved_callback_states
 from lightning_shard.lightning.audit_callback import EpochAudit
 from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.plan import ShardPlan
@@ -245,7 +245,7 @@ class ShardingHooks(RegisteredNames, ParallelStrategy):
         self, checkpoint: dict[str, Any], filepath: str | Path, storage_options: Any | None = None
     ) -> None:
         """Lightning's save; then each process but 0 writes its random states beside the checkpoint."""
-        entry = callback_state(checkpoint, KEY)
+        entry = saved_callback_states(checkpoint).get(KEY)
         name_checkpoint(entry, filepath)
         super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
         write_own(self.checkpoint_io, filepath, entry, storage_options)
@@ -257,11 +257,9 @@ class ShardingHooks(RegisteredNames, ParallelStrategy):
         """Lightning's load, with this process's random states read from beside the checkpoint."""
         options = {} if weights_only is None else {"weights_only": weights_only}
         checkpoint = super().load_checkpoint(checkpoint_path, **options)
-        entry = callback_state(checkpoint, KEY)
-        if isinstance(entry, dict):
-            replace_callback_state(
-                checkpoint, KEY, read_own(self.checkpoint_io, checkpoint_path, entry, **options)
-            )
+        states = saved_callback_states(checkpoint)
+        if isinstance(states.get(KEY), dict):
+            states[KEY] = read_own(self.checkpoint_io, checkpoint_path, states[KEY], **options)
         return checkpoint
 
     @override
