@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import lightning.pytorch as pl
 import torch
@@ -180,31 +180,24 @@ class StrategySharding:
             self.epoch_callback.align(trainer, dataloader)
             loader: DataLoader = dataloader
         else:
-            loader = self._training_loader(dataloader, options, topology, device)
+            # NOTE: a `DataLoader` or a recognised pipeline (which `prepare_for_stage` takes too), built in
+            # the current round, in the trainer's epoch, with the hook that tells it what Lightning consumed
+            # (and, with `audit=True`, the audit watching it).
+            with self._rounds.building():
+                loader = prepare_for_stage(cast(DataLoader, dataloader), options, topology, "train", device)
+            self._rounds.add(loader)
+            if is_shard_loader(loader):
+                loader.set_epoch(trainer.current_epoch)
+                reload_next_epoch = functools.partial(self.epoch_callback.reload_next_epoch, trainer)
+                loader.resume_hook = LightningResumeHook(trainer, loader, resharded=reload_next_epoch)
+                if self.strategy_options.audit:
+                    self.audit.watch(loader, records=self._strategy.global_rank in topology.leaders)
         if is_shard_loader(loader):
             resumed = _load_early(loader, checkpoint_loader_states(trainer), position, options.data_seed)
             self._resumed_batches = resumed if position == 0 else self._resumed_batches
         # NOTE: after the checkpoint's state is loaded: the rest of an epoch resumed on another number of
         # processes can split unevenly even when the whole epoch does not.
         check_even_training(loader, options, topology)
-        return loader
-
-    def _training_loader(
-        self, dataloader: Any, options: ShardOptions, topology: Topology, device: torch.device
-    ) -> DataLoader:
-        """``dataloader`` sharded for training in the current round, in the trainer's epoch, with the hook
-        that tells it what Lightning consumed (and, with ``audit=True``, the audit watching it)."""
-        trainer = self.trainer
-        with self._rounds.building():
-            loader = prepare_for_stage(dataloader, options, topology, "train", device)
-        self._rounds.add(loader)
-        if is_shard_loader(loader):
-            loader.set_epoch(trainer.current_epoch)
-            loader.resume_hook = LightningResumeHook(
-                trainer, loader, resharded=functools.partial(self.epoch_callback.reload_next_epoch, trainer)
-            )
-            if self.strategy_options.audit:
-                self.audit.watch(loader, records=self._strategy.global_rank in topology.leaders)
         return loader
 
     def stepping(self, optimizer: Optimizer, precision_plugin: object) -> AbstractContextManager[Any]:
