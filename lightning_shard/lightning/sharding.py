@@ -309,11 +309,9 @@ def gather_stream_for_metrics(data: Any, padding: int, sources: Sequence[int] | 
     gathered = gather_in_process_order(data, sources)
     if not bool(counts[:, 1].any()):
         return gathered
-    keep: list[int] = []
-    offset = 0
-    for count, padded in counts.tolist():
-        keep.extend(range(offset, offset + count - padded))
-        offset += count
+    # NOTE: each process's rows in process order, its last `padded` ones padding.
+    real = [row < count - padded for count, padded in counts.tolist() for row in range(count)]
+    keep = [index for index, is_real in enumerate(real) if is_real]
     if is_tensor_tree(gathered):
         return map_leaves(lambda tensor: tensor[keep], gathered)
     return [gathered[index] for index in keep]
