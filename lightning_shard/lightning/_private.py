@@ -123,8 +123,7 @@ def rebuild_unrestored_training_loaders(trainer: pl.Trainer) -> bool:
     # NOTE: no public hook runs between the restore and the first epoch, and no public call rebuilds the
     # loaders: `setup_data` rebuilds only when `_combined_loader` is unset.
     loop = trainer.fit_loop
-    pending = getattr(loop, "_combined_loader_states_to_load", None)
-    if not loop.restarting or not pending or loop._combined_loader is None:
+    if not checkpoint_loader_states(trainer) or loop._combined_loader is None:
         return False
     if loop._data_fetcher is not None:
         loop._data_fetcher.teardown()
