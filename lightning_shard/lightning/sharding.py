@@ -1,10 +1,12 @@
 """``StrategySharding``: what every ``Shard*`` strategy adds to Lightning's, in one object it holds and
-calls from short overrides of Lightning's hooks (``ShardingHooks``; docs/DESIGN.md, "Lightning adapter")."""
+calls from short overrides of Lightning's hooks (``ShardingHooks``; docs/DESIGN.md, "Lightning adapter");
+and the ``ResumeHook``s it sets on the loaders it prepares, which say what a loader state saved in
+Lightning's checkpoints holds (docs/DESIGN.md, "Global state", "Elastic resume")."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol, cast
 
@@ -25,9 +27,9 @@ from lightning_shard.lightning._private import (
     checkpoint_loader_states,
     disable_sampler_injection,
     sampler_injection_enabled,
+    training_batches_ready,
 )
 from lightning_shard.lightning.audit_callback import ShardAuditCallback
-from lightning_shard.lightning.checkpoints import EvaluationResumeHook, LightningResumeHook
 from lightning_shard.lightning.compat import check_lightning_version
 from lightning_shard.lightning.epoch_callback import (
     ShardEpochCallback,
@@ -55,7 +57,7 @@ from lightning_shard.lightning.stages import (
 )
 from lightning_shard.lightning.torchrun import warn_about_store_sharing
 from lightning_shard.loaders.kinds import classify_iterable, is_data_loader
-from lightning_shard.loaders.position import LeftAsItIs
+from lightning_shard.loaders.position import Consumed, LeftAsItIs
 from lightning_shard.loaders.state import STATE_FORMAT
 from lightning_shard.log import info, warn
 from lightning_shard.optim import ShardOptimizer
@@ -340,3 +342,37 @@ def _load_early(loader: ShardLoader, states: list[Any], position: int, data_seed
         )
     loader.load_state_dict(state)
     return int(state["steps"])
+
+
+class LightningResumeHook:
+    """A ``ResumeHook`` that reads what ``trainer``'s fit loop consumed of the training ``loader``; the loader
+    calls ``resharded`` when it loads a state written by another number of processes."""
+
+    def __init__(self, trainer: pl.Trainer, loader: ShardLoader, *, resharded: Callable[[], None]) -> None:
+        self.trainer = trainer
+        self.loader = loader
+        self.resharded = resharded
+
+    def consumed(self) -> Consumed:
+        """The training steps taken in the epoch; the epoch is over once Lightning saw its last batch."""
+        ready, last = training_batches_ready(self.trainer)
+        if last:
+            return Consumed(ready, epoch_finished=True, next_epoch=self.trainer.current_epoch + 1)
+        loaders = flatten_loaders(self.trainer.train_dataloader)
+        yielded = [loader.steps_taken for loader in loaders if is_shard_loader(loader)]
+        if len(yielded) <= 1:
+            return Consumed(ready)
+        # NOTE: the loader that has not cycled yielded once per step fetched: its excess over the steps
+        # taken is Lightning's read-ahead, the same for every loader of the combined step.
+        ahead = max(yielded) - ready
+        return Consumed(max(self.loader.steps_taken - ahead, 0))
+
+
+class EvaluationResumeHook:
+    """A ``ResumeHook`` for validation / test / predict loaders: their saved state is their epoch's start."""
+
+    def consumed(self) -> Consumed:
+        return Consumed(0)
+
+    def resharded(self) -> None:
+        """Nothing to realign: Lightning measures evaluation loaders at every run."""
