@@ -12,13 +12,12 @@ from typing import Any, Protocol, cast
 
 import lightning.pytorch as pl
 import torch
-import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
-from lightning_shard.comm.collectives import communication_device, is_distributed
+from lightning_shard.comm.collectives import communication_device
 from lightning_shard.comm.gather import gather_in_process_order, keep_rows
 from lightning_shard.comm.topology import Topology
 from lightning_shard.comm.tree import batch_length, is_tensor_tree, map_leaves
@@ -280,21 +279,6 @@ class StrategySharding:
         loaders = running_loaders(self.trainer)
         loader = loaders[self._dataloader_idx] if self._dataloader_idx < len(loaders) else None
         return loader if is_shard_loader(loader) else None
-
-
-def exact_mean(tensor: Any, group: Any, reduce_op: Any) -> torch.Tensor | None:
-    """An integer tensor averaged over the processes in floating point; ``None`` for any other reduction.
-
-    Lightning truncates the averaged integer batch sizes of ``self.log(..., sync_dist=True)``, which is
-    inexact when processes hold different numbers of samples, as balanced evaluation loaders do.
-    """
-    mean = isinstance(reduce_op, str) and reduce_op.lower() in ("mean", "avg")
-    integer = isinstance(tensor, torch.Tensor) and not torch.is_floating_point(tensor)
-    if not mean or not integer or not is_distributed():
-        return None
-    total = tensor.to(torch.float64)
-    dist.all_reduce(total, group=group)
-    return total / dist.get_world_size(group)
 
 
 def gather_stream_for_metrics(data: Any, padding: int, sources: Sequence[int] | None = None) -> Any:

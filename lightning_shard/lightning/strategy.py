@@ -15,13 +15,14 @@ from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 import torch
+import torch.distributed as dist
 from lightning.pytorch.strategies import DDPStrategy, ParallelStrategy
 from torch.nn import Module
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_shard.comm.collectives import destroy_group_at_exit
+from lightning_shard.comm.collectives import destroy_group_at_exit, is_distributed
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import RegisteredNames, saved_callback_states
 from lightning_shard.lightning.audit_callback import EpochAudit
@@ -34,7 +35,7 @@ from lightning_shard.lightning.random_state_files import (
     write_own,
 )
 from lightning_shard.lightning.schedulers import SchedulerScaling, wrap_optimizers, wrap_schedulers
-from lightning_shard.lightning.sharding import StrategySharding, exact_mean
+from lightning_shard.lightning.sharding import StrategySharding
 from lightning_shard.lightning.stages import ShardLoader
 from lightning_shard.lightning.torchrun import export_rank_variables
 from lightning_shard.loaders.streams import StreamReport
@@ -326,10 +327,17 @@ class ShardingHooks(RegisteredNames, ParallelStrategy):
 
     @override
     def reduce(self, tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -> Any:
-        """Lightning's reduction, except that integer tensors are averaged exactly (``exact_mean``)."""
-        exact = exact_mean(tensor, group, reduce_op)
-        if exact is not None:
-            return exact
+        """Lightning's reduction, except that an integer tensor is averaged over the processes in floating point.
+
+        Lightning truncates the averaged integer batch sizes of ``self.log(..., sync_dist=True)``, which is
+        inexact when processes hold different numbers of samples, as balanced evaluation loaders do.
+        """
+        mean = isinstance(reduce_op, str) and reduce_op.lower() in ("mean", "avg")
+        integer = isinstance(tensor, torch.Tensor) and not torch.is_floating_point(tensor)
+        if mean and integer and is_distributed():
+            total = tensor.to(torch.float64)
+            dist.all_reduce(total, group=group)
+            return total / dist.get_world_size(group)
         # NOTE: abstract in `ParallelStrategy`; every Lightning strategy a `Shard*` one is built on defines it.
         return super().reduce(tensor, group=group, reduce_op=reduce_op)  # type: ignore[safe-super]
 
