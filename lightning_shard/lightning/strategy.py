@@ -82,6 +82,10 @@ def check_keywords(strategy: type, passed: Mapping[str, Any], parents: Sequence[
     name, owner = unknown[0], strategy.__name__
     owners = " or ".join(f"`{parent.__qualname__.split('.')[0]}`" for parent in parents)
     close = difflib.get_close_matches(name, sorted(set(parameter_names(strategy)) | accepted), n=1)
+    # NOTE: a character that only looks like an ASCII one is named.
+    foreign = [char for char in name if not char.isascii()]
+    described = ", ".join(f"{char!r} U+{ord(char):04X} {unicodedata.name(char, '?')}" for char in foreign)
+    look_alike = f" (it holds the non-ASCII {described})" if foreign else ""
     fix = (
         f"`{name}` is an argument of `prepare_data_loader`, not an option: {SET_BY_THE_STRATEGY[name]}. Remove it."
         if name in SET_BY_THE_STRATEGY
@@ -90,18 +94,9 @@ def check_keywords(strategy: type, passed: Mapping[str, Any], parents: Sequence[
         else f"Use an option of the options table or an argument of {owners}."
     )
     raise TypeError(
-        f"`{owner}` got an unknown keyword argument `{name}={passed[name]!r}`{_look_alike(name)}: it is "
+        f"`{owner}` got an unknown keyword argument `{name}={passed[name]!r}`{look_alike}: it is "
         f"neither an option of `{owner}` nor an argument of {owners}. {fix}"
     )
-
-
-def _look_alike(name: str) -> str:
-    """`` (its ... is not ASCII)`` when ``name`` holds a character that only looks like an ASCII one."""
-    foreign = [char for char in name if not char.isascii()]
-    if not foreign:
-        return ""
-    described = ", ".join(f"{char!r} U+{ord(char):04X} {unicodedata.name(char, '?')}" for char in foreign)
-    return f" (it holds the non-ASCII {described})"
 
 
 class ShardingHooks(RegisteredNames, ParallelStrategy):
