@@ -12,8 +12,7 @@ from lightning_shard.lightning.audit_callback import EpochAudit, ShardAuditCallb
 from lightning_shard.lightning.datamodule import ShardDataModule
 from lightning_shard.lightning.epoch_callback import ShardEpochCallback
 from lightning_shard.lightning.fabric import ShardFabricStrategy
-from lightning_shard.lightning.fsdp import ShardFSDPStrategy
-from lightning_shard.lightning.model_parallel import ShardModelParallelStrategy
+from lightning_shard.lightning.model_parallel import ShardFSDPStrategy, ShardModelParallelStrategy
 from lightning_shard.lightning.plain_checkpoint import to_plain_checkpoint
 from lightning_shard.lightning.plan import ShardPlan
 from lightning_shard.lightning.prediction import ShardPredictionWriter

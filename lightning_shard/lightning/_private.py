@@ -4,7 +4,7 @@ would do; ``tests/lightning/test_private.py`` fails as soon as a Lightning relea
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import lightning.pytorch as pl
@@ -103,9 +103,12 @@ def _fit_loop_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
 
 
 def saved_callback_states(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
-    """The callbacks' states in a loaded checkpoint, by ``Callback.state_key`` (the checkpoint's own dict)."""
+    """The callbacks' states in a checkpoint dict Lightning dumped or read, by ``Callback.state_key`` (the
+    checkpoint's own dict, so an entry replaced in it is what the callback restores; empty when it has none)."""
     # NOTE: the key is public in Lightning's checkpoint format; the adapter reads no other trainer setting
-    # of that name, which the guard of this module holds to `_private.py`.
+    # of that name, which the guard of this module holds to `_private.py`. A strategy holds the dict between
+    # the dump and the write and between the read and the restore (`ShardingHooks`: each process's random
+    # states); no public call names a callback's entry.
     states = checkpoint.get("callbacks")
     return states if isinstance(states, dict) else {}
 
@@ -120,8 +123,7 @@ def rebuild_unrestored_training_loaders(trainer: pl.Trainer) -> bool:
     # NOTE: no public hook runs between the restore and the first epoch, and no public call rebuilds the
     # loaders: `setup_data` rebuilds only when `_combined_loader` is unset.
     loop = trainer.fit_loop
-    pending = getattr(loop, "_combined_loader_states_to_load", None)
-    if not loop.restarting or not pending or loop._combined_loader is None:
+    if not checkpoint_loader_states(trainer) or loop._combined_loader is None:
         return False
     if loop._data_fetcher is not None:
         loop._data_fetcher.teardown()
@@ -148,18 +150,6 @@ def finish_restored_epoch(trainer: pl.Trainer) -> bool:
         return False
     progress.current.completed = int(total) - 1
     return True
-
-
-def callback_state(checkpoint: Mapping[str, Any], state_key: str) -> Any:
-    """The state a callback saved in a checkpoint dict Lightning dumped or read (``None`` if it holds none)."""
-    # NOTE: a strategy holds the dict between the dump and the write and between the read and the restore
-    # (`ShardingHooks`: each process's random states); no public call names a callback's entry.
-    return saved_callback_states(checkpoint).get(state_key)
-
-
-def replace_callback_state(checkpoint: MutableMapping[str, Any], state_key: str, state: Any) -> None:
-    """Have the callback of ``state_key`` restore ``state`` from a checkpoint dict Lightning read."""
-    checkpoint["callbacks"][state_key] = state
 
 
 def add_callbacks_before_checkpoints(trainer: pl.Trainer, callbacks: Sequence[Callback]) -> None:

@@ -18,10 +18,9 @@ from lightning_shard.comm.collectives import destroy_group_at_exit
 from lightning_shard.comm.random_states import own_part, own_state, restore, resume_notice
 from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning._private import RegisteredNames
-from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.random_state_files import KEY, name_checkpoint, read_own, write_own
 from lightning_shard.lightning.stages import is_shard_loader, uneven_steps
-from lightning_shard.lightning.strategy import DDP_NAMES
+from lightning_shard.lightning.strategy import DDP_NAMES, check_keywords
 from lightning_shard.lightning.torchrun import export_rank_variables
 from lightning_shard.loaders.kinds import is_data_loader
 from lightning_shard.log import info, warn

@@ -62,7 +62,19 @@ def to_plain_checkpoint(
             f"Copy the directory, then convert that file in place: source and destination "
             f"`COPY/{META_FILE}`."
         )
-    checkpoint = _load(source, weights_only)
+    try:
+        checkpoint = torch.load(source, map_location="cpu", weights_only=weights_only)
+    except pickle.UnpicklingError as error:
+        raise ValueError(
+            f"`torch.load(weights_only=True)` cannot read {str(source)!r}: it holds objects other than tensors "
+            f"and plain data ({error}). If you trust the file, pass `weights_only=False` (on the command "
+            "line, `--no-weights-only`)."
+        ) from error
+    if not isinstance(checkpoint, dict) or ("state_dict" not in checkpoint and "loops" not in checkpoint):
+        raise ValueError(
+            f"`source` {str(source)!r} is not a Lightning checkpoint (no `state_dict` or `loops`). Pass a file "
+            "written by `Trainer.save_checkpoint` or `ModelCheckpoint`."
+        )
     removed = plain_checkpoint(checkpoint)
     torch.save(checkpoint, destination)
     return removed
@@ -83,20 +95,3 @@ def plain_checkpoint(checkpoint: dict[str, Any]) -> list[str]:
             del callbacks[key]
             removed.append(f"the state of the callback {key!r}")
     return removed
-
-
-def _load(path: Path, weights_only: bool) -> dict[str, Any]:
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=weights_only)
-    except pickle.UnpicklingError as error:
-        raise ValueError(
-            f"`torch.load(weights_only=True)` cannot read {str(path)!r}: it holds objects other than tensors "
-            f"and plain data ({error}). If you trust the file, pass `weights_only=False` (on the command "
-            "line, `--no-weights-only`)."
-        ) from error
-    if not isinstance(checkpoint, dict) or ("state_dict" not in checkpoint and "loops" not in checkpoint):
-        raise ValueError(
-            f"`source` {str(path)!r} is not a Lightning checkpoint (no `state_dict` or `loops`). Pass a file "
-            "written by `Trainer.save_checkpoint` or `ModelCheckpoint`."
-        )
-    return checkpoint

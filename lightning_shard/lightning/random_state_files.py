@@ -23,6 +23,8 @@ KEY = "lightning_shard.random_states"
 """The key of the random states in a checkpoint: a callback's state key, or a key ``fabric.save`` writes."""
 FOLDER = "random_states"
 """The folder of the other processes' states: ``<checkpoint>.random_states`` or ``<checkpoint>/random_states``."""
+PART = "rank_{}.pt"
+"""The file of one process's states in that folder, by its global rank."""
 
 
 def name_checkpoint(entry: dict[str, Any] | None, path: Location) -> None:
@@ -38,7 +40,7 @@ def write_own(
     is in the checkpoint itself."""
     if entry is None or entry.get("rank", 0) == 0:
         return
-    part = os.path.join(_folder(path), _part_name(entry["rank"]))
+    part = os.path.join(_folder(path), PART.format(entry["rank"]))
     io.save_checkpoint(entry, part, storage_options=storage_options)
 
 
@@ -49,7 +51,7 @@ def read_own(io: CheckpointIO, path: Location, entry: dict[str, Any], **load_opt
     saved_per_process = entry.get("version") == PER_PROCESS and entry.get("world_size") == world_size()
     if not saved_per_process or entry.get("rank") == rank:
         return entry
-    candidates = [os.path.join(folder, _part_name(rank)) for folder in _folders(path, entry)]
+    candidates = [os.path.join(folder, PART.format(rank)) for folder in _folders(path, entry)]
     for part in candidates:
         if get_filesystem(part).exists(part):
             return io.load_checkpoint(part, **load_options)
@@ -94,7 +96,3 @@ def _beside(path: Location) -> str:
 def _text(path: Location) -> str:
     """``path`` as a string without a trailing separator (a URL stays a URL)."""
     return os.fspath(path).rstrip("/") or "/"
-
-
-def _part_name(rank: int) -> str:
-    return f"rank_{rank}.pt"

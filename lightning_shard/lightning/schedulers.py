@@ -73,7 +73,6 @@ def _wrapped(
     wrapped = ShardScheduler(
         scheduler,
         followed or list(optimizers),
-        step_with_optimizer=True,
         split_batches=scaling.split_batches,
         num_processes=scaling.num_processes,
     )

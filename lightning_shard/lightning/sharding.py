@@ -1,22 +1,23 @@
 """``StrategySharding``: what every ``Shard*`` strategy adds to Lightning's, in one object it holds and
-calls from short overrides of Lightning's hooks (``ShardingHooks``; docs/DESIGN.md, "Lightning adapter")."""
+calls from short overrides of Lightning's hooks (``ShardingHooks``; docs/DESIGN.md, "Lightning adapter");
+and the ``ResumeHook``s it sets on the loaders it prepares, which say what a loader state saved in
+Lightning's checkpoints holds (docs/DESIGN.md, "Global state", "Elastic resume")."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import lightning.pytorch as pl
 import torch
-import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
-from lightning_shard.comm.collectives import communication_device, is_distributed
+from lightning_shard.comm.collectives import communication_device
 from lightning_shard.comm.gather import gather_in_process_order, keep_rows
 from lightning_shard.comm.topology import Topology
 from lightning_shard.comm.tree import batch_length, is_tensor_tree, map_leaves
@@ -25,9 +26,9 @@ from lightning_shard.lightning._private import (
     checkpoint_loader_states,
     disable_sampler_injection,
     sampler_injection_enabled,
+    training_batches_ready,
 )
 from lightning_shard.lightning.audit_callback import ShardAuditCallback
-from lightning_shard.lightning.checkpoints import EvaluationResumeHook, LightningResumeHook
 from lightning_shard.lightning.compat import check_lightning_version
 from lightning_shard.lightning.epoch_callback import (
     ShardEpochCallback,
@@ -55,7 +56,7 @@ from lightning_shard.lightning.stages import (
 )
 from lightning_shard.lightning.torchrun import warn_about_store_sharing
 from lightning_shard.loaders.kinds import classify_iterable, is_data_loader
-from lightning_shard.loaders.position import LeftAsItIs
+from lightning_shard.loaders.position import Consumed, LeftAsItIs
 from lightning_shard.loaders.state import STATE_FORMAT
 from lightning_shard.log import info, warn
 from lightning_shard.optim import ShardOptimizer
@@ -180,31 +181,24 @@ class StrategySharding:
             self.epoch_callback.align(trainer, dataloader)
             loader: DataLoader = dataloader
         else:
-            loader = self._training_loader(dataloader, options, topology, device)
+            # NOTE: a `DataLoader` or a recognised pipeline (which `prepare_for_stage` takes too), built in
+            # the current round, in the trainer's epoch, with the hook that tells it what Lightning consumed
+            # (and, with `audit=True`, the audit watching it).
+            with self._rounds.building():
+                loader = prepare_for_stage(cast(DataLoader, dataloader), options, topology, "train", device)
+            self._rounds.add(loader)
+            if is_shard_loader(loader):
+                loader.set_epoch(trainer.current_epoch)
+                reload_next_epoch = functools.partial(self.epoch_callback.reload_next_epoch, trainer)
+                loader.resume_hook = LightningResumeHook(trainer, loader, resharded=reload_next_epoch)
+                if self.strategy_options.audit:
+                    self.audit.watch(loader, records=self._strategy.global_rank in topology.leaders)
         if is_shard_loader(loader):
             resumed = _load_early(loader, checkpoint_loader_states(trainer), position, options.data_seed)
             self._resumed_batches = resumed if position == 0 else self._resumed_batches
         # NOTE: after the checkpoint's state is loaded: the rest of an epoch resumed on another number of
         # processes can split unevenly even when the whole epoch does not.
         check_even_training(loader, options, topology)
-        return loader
-
-    def _training_loader(
-        self, dataloader: Any, options: ShardOptions, topology: Topology, device: torch.device
-    ) -> DataLoader:
-        """``dataloader`` sharded for training in the current round, in the trainer's epoch, with the hook
-        that tells it what Lightning consumed (and, with ``audit=True``, the audit watching it)."""
-        trainer = self.trainer
-        with self._rounds.building():
-            loader = prepare_for_stage(dataloader, options, topology, "train", device)
-        self._rounds.add(loader)
-        if is_shard_loader(loader):
-            loader.set_epoch(trainer.current_epoch)
-            loader.resume_hook = LightningResumeHook(
-                trainer, loader, resharded=functools.partial(self.epoch_callback.reload_next_epoch, trainer)
-            )
-            if self.strategy_options.audit:
-                self.audit.watch(loader, records=self._strategy.global_rank in topology.leaders)
         return loader
 
     def stepping(self, optimizer: Optimizer, precision_plugin: object) -> AbstractContextManager[Any]:
@@ -287,21 +281,6 @@ class StrategySharding:
         return loader if is_shard_loader(loader) else None
 
 
-def exact_mean(tensor: Any, group: Any, reduce_op: Any) -> torch.Tensor | None:
-    """An integer tensor averaged over the processes in floating point; ``None`` for any other reduction.
-
-    Lightning truncates the averaged integer batch sizes of ``self.log(..., sync_dist=True)``, which is
-    inexact when processes hold different numbers of samples, as balanced evaluation loaders do.
-    """
-    mean = isinstance(reduce_op, str) and reduce_op.lower() in ("mean", "avg")
-    integer = isinstance(tensor, torch.Tensor) and not torch.is_floating_point(tensor)
-    if not mean or not integer or not is_distributed():
-        return None
-    total = tensor.to(torch.float64)
-    dist.all_reduce(total, group=group)
-    return total / dist.get_world_size(group)
-
-
 def gather_stream_for_metrics(data: Any, padding: int, sources: Sequence[int] | None = None) -> Any:
     """``data`` of every process in process order, without the parts of processes whose batch was padding.
 
@@ -316,11 +295,9 @@ def gather_stream_for_metrics(data: Any, padding: int, sources: Sequence[int] | 
     gathered = gather_in_process_order(data, sources)
     if not bool(counts[:, 1].any()):
         return gathered
-    keep: list[int] = []
-    offset = 0
-    for count, padded in counts.tolist():
-        keep.extend(range(offset, offset + count - padded))
-        offset += count
+    # NOTE: each process's rows in process order, its last `padded` ones padding.
+    real = [row < count - padded for count, padded in counts.tolist() for row in range(count)]
+    keep = [index for index, is_real in enumerate(real) if is_real]
     if is_tensor_tree(gathered):
         return map_leaves(lambda tensor: tensor[keep], gathered)
     return [gathered[index] for index in keep]
@@ -349,3 +326,37 @@ def _load_early(loader: ShardLoader, states: list[Any], position: int, data_seed
         )
     loader.load_state_dict(state)
     return int(state["steps"])
+
+
+class LightningResumeHook:
+    """A ``ResumeHook`` that reads what ``trainer``'s fit loop consumed of the training ``loader``; the loader
+    calls ``resharded`` when it loads a state written by another number of processes."""
+
+    def __init__(self, trainer: pl.Trainer, loader: ShardLoader, *, resharded: Callable[[], None]) -> None:
+        self.trainer = trainer
+        self.loader = loader
+        self.resharded = resharded
+
+    def consumed(self) -> Consumed:
+        """The training steps taken in the epoch; the epoch is over once Lightning saw its last batch."""
+        ready, last = training_batches_ready(self.trainer)
+        if last:
+            return Consumed(ready, epoch_finished=True, next_epoch=self.trainer.current_epoch + 1)
+        loaders = flatten_loaders(self.trainer.train_dataloader)
+        yielded = [loader.steps_taken for loader in loaders if is_shard_loader(loader)]
+        if len(yielded) <= 1:
+            return Consumed(ready)
+        # NOTE: the loader that has not cycled yielded once per step fetched: its excess over the steps
+        # taken is Lightning's read-ahead, the same for every loader of the combined step.
+        ahead = max(yielded) - ready
+        return Consumed(max(self.loader.steps_taken - ahead, 0))
+
+
+class EvaluationResumeHook:
+    """A ``ResumeHook`` for validation / test / predict loaders: their saved state is their epoch's start."""
+
+    def consumed(self) -> Consumed:
+        return Consumed(0)
+
+    def resharded(self) -> None:
+        """Nothing to realign: Lightning measures evaluation loaders at every run."""

@@ -1,26 +1,31 @@
 """``ShardStrategy``: Lightning's DDP with batch-level sharding, process-scaled schedulers and exact resume;
-and ``ShardingHooks``, the constructor (the options) and the hooks every ``Shard*`` strategy shares, each
-hook calling its ``StrategySharding``."""
+``ShardingHooks``, the constructor (the options) and the hooks every ``Shard*`` strategy shares, each hook
+calling its ``StrategySharding``; and ``check_keywords``, which refuses an unknown keyword when a strategy
+is built, naming the closest known one: Lightning would pass it on to torch's wrapper only when the fit
+sets the model up (docs/DESIGN.md, "Options")."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import difflib
+import inspect
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 import torch
+import torch.distributed as dist
 from lightning.pytorch.strategies import DDPStrategy, ParallelStrategy
 from torch.nn import Module
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_shard.comm.collectives import destroy_group_at_exit
+from lightning_shard.comm.collectives import destroy_group_at_exit, is_distributed
 from lightning_shard.comm.topology import Topology
-from lightning_shard.lightning._private import RegisteredNames, callback_state, replace_callback_state
+from lightning_shard.lightning._private import RegisteredNames, saved_callback_states
 from lightning_shard.lightning.audit_callback import EpochAudit
-from lightning_shard.lightning.keywords import check_keywords
 from lightning_shard.lightning.plan import ShardPlan
 from lightning_shard.lightning.random_state_files import (
     KEY,
@@ -30,7 +35,7 @@ from lightning_shard.lightning.random_state_files import (
     write_own,
 )
 from lightning_shard.lightning.schedulers import SchedulerScaling, wrap_optimizers, wrap_schedulers
-from lightning_shard.lightning.sharding import StrategySharding, exact_mean
+from lightning_shard.lightning.sharding import StrategySharding
 from lightning_shard.lightning.stages import ShardLoader
 from lightning_shard.lightning.torchrun import export_rank_variables
 from lightning_shard.loaders.streams import StreamReport
@@ -44,6 +49,54 @@ DDP_NAMES = (
     ("shard_notebook", {"start_method": "fork"}),
 )
 """The registered names of ``ShardStrategy`` and ``ShardFabricStrategy``, as Lightning's DDP ones."""
+
+_NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+_NOT_OURS_TO_PASS = frozenset({"self", "module"})
+"""Parameters a parent fills itself (``module``: the model the wrapper wraps)."""
+
+
+SET_BY_THE_STRATEGY = {
+    "dataloader": "the strategy shards each loader the trainer is given",
+    "device": "the strategy sets this from the process group (each process's device)",
+    "num_processes": "the strategy sets this from the process group",
+    "process_index": "the strategy sets this from the process group",
+    "torch_device_mesh": "the strategy sets this from the process group (and its device mesh)",
+}
+"""``prepare_data_loader``'s parameters that are not options, and where a strategy takes each from: passed
+to a strategy, they would otherwise be taken for a misspelt ``process_group`` or ``device_mesh``."""
+
+
+def parameter_names(function: Callable[..., Any]) -> list[str]:
+    """The names ``function`` takes by keyword (its ``**kwargs`` and ``self`` excluded)."""
+    parameters = inspect.signature(function).parameters.values()
+    return [p.name for p in parameters if p.kind in _NAMED and p.name not in _NOT_OURS_TO_PASS]
+
+
+def check_keywords(strategy: type, passed: Mapping[str, Any], parents: Sequence[Callable[..., Any]]) -> None:
+    """Refuse (``TypeError``, with the closest known name) a keyword of ``passed``, those the ``__init__`` of
+    ``strategy`` passes on, that none of ``parents`` (the callables they end up in) takes."""
+    accepted = {name for parent in parents for name in parameter_names(parent)}
+    unknown = [name for name in passed if name not in accepted]
+    if not unknown:
+        return
+    name, owner = unknown[0], strategy.__name__
+    owners = " or ".join(f"`{parent.__qualname__.split('.')[0]}`" for parent in parents)
+    close = difflib.get_close_matches(name, sorted(set(parameter_names(strategy)) | accepted), n=1)
+    # NOTE: a character that only looks like an ASCII one is named.
+    foreign = [char for char in name if not char.isascii()]
+    described = ", ".join(f"{char!r} U+{ord(char):04X} {unicodedata.name(char, '?')}" for char in foreign)
+    look_alike = f" (it holds the non-ASCII {described})" if foreign else ""
+    fix = (
+        f"`{name}` is an argument of `prepare_data_loader`, not an option: {SET_BY_THE_STRATEGY[name]}. Remove it."
+        if name in SET_BY_THE_STRATEGY
+        else f"Did you mean `{close[0]}`?"
+        if close
+        else f"Use an option of the options table or an argument of {owners}."
+    )
+    raise TypeError(
+        f"`{owner}` got an unknown keyword argument `{name}={passed[name]!r}`{look_alike}: it is "
+        f"neither an option of `{owner}` nor an argument of {owners}. {fix}"
+    )
 
 
 class ShardingHooks(RegisteredNames, ParallelStrategy):
@@ -245,7 +298,7 @@ class ShardingHooks(RegisteredNames, ParallelStrategy):
         self, checkpoint: dict[str, Any], filepath: str | Path, storage_options: Any | None = None
     ) -> None:
         """Lightning's save; then each process but 0 writes its random states beside the checkpoint."""
-        entry = callback_state(checkpoint, KEY)
+        entry = saved_callback_states(checkpoint).get(KEY)
         name_checkpoint(entry, filepath)
         super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
         write_own(self.checkpoint_io, filepath, entry, storage_options)
@@ -257,11 +310,9 @@ class ShardingHooks(RegisteredNames, ParallelStrategy):
         """Lightning's load, with this process's random states read from beside the checkpoint."""
         options = {} if weights_only is None else {"weights_only": weights_only}
         checkpoint = super().load_checkpoint(checkpoint_path, **options)
-        entry = callback_state(checkpoint, KEY)
-        if isinstance(entry, dict):
-            replace_callback_state(
-                checkpoint, KEY, read_own(self.checkpoint_io, checkpoint_path, entry, **options)
-            )
+        states = saved_callback_states(checkpoint)
+        if isinstance(states.get(KEY), dict):
+            states[KEY] = read_own(self.checkpoint_io, checkpoint_path, states[KEY], **options)
         return checkpoint
 
     @override
@@ -271,10 +322,17 @@ class ShardingHooks(RegisteredNames, ParallelStrategy):
 
     @override
     def reduce(self, tensor: Any, group: Any | None = None, reduce_op: Any = "mean") -> Any:
-        """Lightning's reduction, except that integer tensors are averaged exactly (``exact_mean``)."""
-        exact = exact_mean(tensor, group, reduce_op)
-        if exact is not None:
-            return exact
+        """Lightning's reduction, except that an integer tensor is averaged over the processes in floating point.
+
+        Lightning truncates the averaged integer batch sizes of ``self.log(..., sync_dist=True)``, which is
+        inexact when processes hold different numbers of samples, as balanced evaluation loaders do.
+        """
+        mean = isinstance(reduce_op, str) and reduce_op.lower() in ("mean", "avg")
+        integer = isinstance(tensor, torch.Tensor) and not torch.is_floating_point(tensor)
+        if mean and integer and is_distributed():
+            total = tensor.to(torch.float64)
+            dist.all_reduce(total, group=group)
+            return total / dist.get_world_size(group)
         # NOTE: abstract in `ParallelStrategy`; every Lightning strategy a `Shard*` one is built on defines it.
         return super().reduce(tensor, group=group, reduce_op=reduce_op)  # type: ignore[safe-super]
 

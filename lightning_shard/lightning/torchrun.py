@@ -73,8 +73,6 @@ def agent_arguments(pid: int | None = None) -> list[str]:
 
 def warn_about_store_sharing() -> None:
     """Warn once, on rank 0, when an elastic ``torchrun`` launch cannot grow (see the module's docstring)."""
-    if "TORCHELASTIC_RUN_ID" not in os.environ:
-        return
     problem = store_sharing_problem(os.environ, agent_arguments())
     if problem is not None:
         warn(problem)

@@ -289,7 +289,7 @@ class ResumeHook(Protocol):
     Lightning reads batches ahead of its training step and stops an epoch after ``len(loader)`` batches
     without exhausting the loader, so what the loader *yielded* is not what training *consumed*; and
     Lightning keeps its own step counter beside the loader's state. The Lightning adapter sets one of
-    these on every training loader it prepares (``lightning_shard.lightning.checkpoints``).
+    these on every training loader it prepares (``lightning_shard.lightning.sharding``).
     """
 
     def consumed(self) -> Consumed | None:

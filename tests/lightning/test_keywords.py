@@ -1,6 +1,6 @@
 """Every ``Shard*`` strategy refuses an unknown keyword when it is built, naming the closest option or
-parent argument, and passes its parents' real keywords through (``lightning_shard/lightning/keywords.py``).
-Construction only: the refusal must come before any fit."""
+parent argument, and passes its parents' real keywords through (``check_keywords``,
+``lightning_shard/lightning/strategy.py``). Construction only: the refusal must come before any fit."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from lightning_shard import (
     ShardStrategy,
     prepare_data_loader,
 )
-from lightning_shard.lightning.keywords import SET_BY_THE_STRATEGY
+from lightning_shard.lightning.strategy import SET_BY_THE_STRATEGY
 from lightning_shard.options import option_names
 
 STRATEGIES = [ShardStrategy, ShardModelParallelStrategy, ShardFSDPStrategy, ShardFabricStrategy]

@@ -22,7 +22,6 @@ import lightning_shard.lightning
 from lightning_shard.lightning._private import (
     StrategyRegistryType,
     add_callbacks_before_checkpoints,
-    callback_state,
     disable_sampler_injection,
     finish_restored_epoch,
     predict_loader_count,
@@ -31,7 +30,6 @@ from lightning_shard.lightning._private import (
     record_batch_indices,
     reload_every_n_epochs,
     remove_saved_loader_states,
-    replace_callback_state,
     sampler_injection_enabled,
     saved_callback_states,
     saved_loader_states,
@@ -128,19 +126,20 @@ class _Replacing(SingleDeviceStrategy):
 
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
         checkpoint = super().load_checkpoint(checkpoint_path)
-        assert callback_state(checkpoint, "counting") == {"count": 1}
-        replace_callback_state(checkpoint, "counting", {"count": 2})
+        assert saved_callback_states(checkpoint)["counting"] == {"count": 1}
+        saved_callback_states(checkpoint)["counting"] = {"count": 2}
         return checkpoint
 
 
 def test_a_strategy_finds_and_replaces_a_callbacks_state_in_the_checkpoint(tmp_path: Path) -> None:
-    """What the random states rely on: a callback's state is the checkpoint's entry ``callback_state`` finds,
+    """What the random states rely on: a callback's state is the entry ``saved_callback_states`` finds,
     in the dict a strategy writes, and the entry a strategy replaces is what the callback restores."""
     trainer = pl.Trainer(max_steps=1, callbacks=[_Counting()], **_settings(tmp_path))
     trainer.fit(Recorder(str(tmp_path)), loader(8, 2))
     trainer.save_checkpoint(tmp_path / "saved.ckpt")
-    assert callback_state(torch.load(tmp_path / "saved.ckpt", weights_only=True), "counting") == {"count": 1}
-    assert callback_state({}, "counting") is None
+    saved = torch.load(tmp_path / "saved.ckpt", weights_only=True)
+    assert saved_callback_states(saved)["counting"] == {"count": 1}
+    assert saved_callback_states({}) == {}
     counting, strategy = _Counting(), _Replacing(device=torch.device("cpu"))
     resumed = pl.Trainer(max_steps=2, callbacks=[counting], strategy=strategy, **_settings(tmp_path))
     resumed.fit(Recorder(str(tmp_path)), loader(8, 2), ckpt_path=str(tmp_path / "saved.ckpt"))

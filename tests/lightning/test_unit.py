@@ -35,7 +35,6 @@ from lightning_shard.lightning import (
     ShardModelParallelStrategy,
     ShardStrategy,
 )
-from lightning_shard.lightning.checkpoints import LightningResumeHook
 from lightning_shard.lightning.plan import plan_for
 from lightning_shard.lightning.prediction import merge_in_order
 from lightning_shard.lightning.schedulers import (
@@ -45,7 +44,7 @@ from lightning_shard.lightning.schedulers import (
     wrap_optimizers,
     wrap_schedulers,
 )
-from lightning_shard.lightning.sharding import StrategySharding
+from lightning_shard.lightning.sharding import LightningResumeHook, StrategySharding
 from lightning_shard.lightning.stages import STAGES, running_loaders, stage_defaults, stage_key
 from lightning_shard.lightning.torchrun import agent_arguments, node_range, store_sharing_problem
 from lightning_shard.loaders.position import ResumeHook
