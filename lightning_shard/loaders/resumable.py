@@ -7,8 +7,6 @@ from collections.abc import Generator, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-import torch.distributed as dist
-
 from lightning_shard._checks import check_non_negative
 from lightning_shard.comm.collectives import is_distributed, world_size
 from lightning_shard.loaders.position import Position, Progress, ResumeHook, ShardingInfo
@@ -89,9 +87,13 @@ class Resumption:
         epoch = self.epoch if restore is None or restore.epoch is None else restore.epoch
         self.set_epoch(epoch)
         if restore is not None:
-            self._restore_randomness(restore)
-            if restore.library is not None and self.source.library is not None:
-                self.source.library.restore(restore.library, epoch, restore.read_before_resume)
+            generator, seeded, library = self.source.generator(), self.source.seeded(), self.source.library
+            if restore.generator_state is not None and generator is not None:
+                generator.set_state(decode_generator_state(restore.generator_state))
+            if restore.sampler_seed is not None and seeded is not None:
+                seeded.initial_seed = restore.sampler_seed
+            if restore.library is not None and library is not None:
+                library.restore(restore.library, epoch, restore.read_before_resume)
         start = replace(
             restore if restore is not None else Position(epoch),
             epoch=epoch,
@@ -123,14 +125,6 @@ class Resumption:
         self.progress.begun, self.progress.steps = None, 0
         self.set_epoch(self.epoch + 1)
 
-    def _restore_randomness(self, restore: Position) -> None:
-        generator = self.source.generator()
-        if restore.generator_state is not None and generator is not None:
-            generator.set_state(decode_generator_state(restore.generator_state))
-        seeded = self.source.seeded()
-        if restore.sampler_seed is not None and seeded is not None:
-            seeded.initial_seed = restore.sampler_seed
-
     def sampler_seed(self) -> int | None:
         """The seed of a seeded order (``SamplerKind.seeded``: it ignores the generator's state)."""
         seeded = self.source.seeded()
@@ -158,9 +152,8 @@ class Resumption:
         if consumed is not None and consumed.epoch_finished:
             # NOTE: an uninterrupted run starts the next epoch from the generator as the last one left it. A
             # loader whose iterator ran to its end has already moved on to the next epoch.
-            epoch = consumed.next_epoch
-            if epoch is None:
-                epoch = self.epoch + 1 if self.progress.in_epoch else self.epoch
+            following = self.epoch + 1 if self.progress.in_epoch else self.epoch
+            epoch = following if consumed.next_epoch is None else consumed.next_epoch
             return self.state_at(self._drawn(Position(epoch)), 0).to_dict()
         if consumed is not None:
             steps = consumed.steps
@@ -223,16 +216,16 @@ def _stream_epoch_workers(saved: LoaderState, info: ShardingInfo, num_workers: i
     epoch, steps, saved_workers = saved.position.epoch, saved.position.steps, saved.position.workers
     if not info.streamed or steps == 0 or saved_workers == num_workers:
         return None
-    if not is_distributed() or dist.get_rank() == 0:
-        warn(
-            f"lightning_shard: the stream state was saved in epoch {epoch} at step {steps} with "
-            f"`num_workers={saved_workers}`; this loader has `num_workers={num_workers}`. The rest of epoch "
-            f"{epoch} is read with {saved_workers} workers (a stream's batches and their order depend on "
-            f"the number of workers, so only that count continues the epoch exactly); `num_workers={num_workers}` "
-            "applies from the next epoch.",
-            WorkerCountWarning,
-            stacklevel=4,
-        )
+    # NOTE: `warn` speaks from rank 0 only.
+    warn(
+        f"lightning_shard: the stream state was saved in epoch {epoch} at step {steps} with "
+        f"`num_workers={saved_workers}`; this loader has `num_workers={num_workers}`. The rest of epoch "
+        f"{epoch} is read with {saved_workers} workers (a stream's batches and their order depend on "
+        f"the number of workers, so only that count continues the epoch exactly); `num_workers={num_workers}` "
+        "applies from the next epoch.",
+        WorkerCountWarning,
+        stacklevel=4,
+    )
     return saved_workers
 
 
