@@ -146,9 +146,7 @@ def user_batch_size(dataloader: DataLoader) -> int | None:
 # -- map-style ------------------------------------------------------------------------------------------
 def user_batch_sampler(dataloader: DataLoader) -> Any:
     """The user's batch sampler (also when it was passed as ``sampler`` with ``batch_size=None``)."""
-    if isinstance(dataloader.sampler, BatchSampler):
-        return dataloader.sampler
-    return dataloader.batch_sampler
+    return dataloader.sampler if isinstance(dataloader.sampler, BatchSampler) else dataloader.batch_sampler
 
 
 def _check_unsharded(dataloader: DataLoader) -> None:
