@@ -36,9 +36,7 @@ SAME: Final = "same"
 def stream_ends_for(strided: bool, even_batches: bool, uneven: StreamEnds = SHORTEST) -> StreamEnds:
     """The ``stream_ends`` policy of a stream, decided here only: with ``even_batches`` ``"same"`` (strided) or
     ``"pad"`` (a share of its own), else ``uneven`` (``"own"`` where no step is collective: predict)."""
-    if not even_batches:
-        return uneven
-    return SAME if strided else PAD
+    return (SAME if strided else PAD) if even_batches else uneven
 
 
 _ENDS_TEXT = {
