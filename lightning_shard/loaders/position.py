@@ -245,8 +245,7 @@ class ShardingInfo:
     @property
     def total_batch_size(self) -> int:
         """Samples per step across all processes (``B * N``, or ``B`` with ``split_batches``; 0 unknown)."""
-        batch_size = self.batch_size or 0
-        return batch_size if self.split_batches else batch_size * self.num_processes
+        return (self.batch_size or 0) * (1 if self.split_batches else self.num_processes)
 
     def samples_in(self, read: int) -> int:
         """Samples in ``read`` of ``read_unit`` (``Position.read_before_resume``, or a state's ``consumed``)."""
