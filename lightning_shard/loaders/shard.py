@@ -239,9 +239,7 @@ def _source(loader: DataLoaderShard) -> ShardSource:
     topology = loader.topology or Topology(dataset.num_processes, dataset.process_index)
     spans = is_distributed() and topology.covers_world()
     stream = StreamRun(kind, dataset.num_processes, dataset.process_index, spans_group=spans)
-    if kind.source == "shares":
-        return ShareSource(loader, dataset, stream)
-    return StridedSource(loader, dataset, stream)
+    return (ShareSource if kind.source == "shares" else StridedSource)(loader, dataset, stream)
 
 
 def _with_cursor(
