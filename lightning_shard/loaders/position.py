@@ -291,8 +291,6 @@ class ResumeHook(Protocol):
 
     def consumed(self) -> Consumed | None:
         """What the consumer took of the current epoch; ``None`` when the loader's own count is right."""
-        ...
 
     def resharded(self) -> None:
         """Called after ``load_state_dict`` loaded a state written by another number of processes."""
-        ...
