@@ -226,11 +226,7 @@ def _is_int(value: Any, least: int | None = None) -> bool:
 
 
 _COUNTS = ("epoch", "steps", "base", "consumed", "base_steps", "num_workers", "batch_size", "dataset_length")
-_NULLABLE = {
-    "batch_size",
-    "dataset_length",
-    *(name for name, default in _OPTIONAL.items() if default is None),
-}
+_NULLABLE = {"batch_size", "dataset_length", *(key for key, default in _OPTIONAL.items() if default is None)}
 """The keys whose value may be ``None``: a size not known, and the optional keys that default to it."""
 _VALID: dict[str, Callable[[Any], bool]] = {
     **dict.fromkeys(_COUNTS, lambda value: _is_int(value, least=0)),
