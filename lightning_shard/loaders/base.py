@@ -216,8 +216,7 @@ class ResumableLoader(DataLoader):
     def standing(self, steps: int | None = None) -> Standing:
         """Where the epoch in progress (or a pending restore, or the next epoch) stands once ``steps`` of it are
         consumed (default: the steps taken): the one answer, in steps and samples."""
-        resumption = self.resumption
-        state = resumption.state_at(resumption.snapshot(), steps)
+        state = self.resumption.state_at(self.resumption.snapshot(), steps)
         info, at = state.sharding, state.position
         return Standing(
             at.epoch or 0,
@@ -271,18 +270,16 @@ def stateful_loader_class(cls: type) -> type:
 
 def _asks_stateful(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether a constructor call of ``cls`` passes ``use_stateful_dataloader=True`` (by name or position)."""
-    if "use_stateful_dataloader" in kwargs:
-        return bool(kwargs["use_stateful_dataloader"])
-    index = _stateful_argument_index(cls)
-    return index is not None and index < len(args) and bool(args[index])
+    passed = dict(zip(_positional_parameters(cls), args, strict=False), **kwargs)
+    return bool(passed.get("use_stateful_dataloader", False))
 
 
 @functools.cache
-def _stateful_argument_index(cls: type) -> int | None:
+def _positional_parameters(cls: type) -> tuple[str, ...]:
+    """The names of the parameters of ``cls.__init__`` that an argument passed by position fills."""
     init: Any = cls.__init__  # type: ignore[misc]
     parameters = list(inspect.signature(init).parameters.values())[1:]  # NOTE: without `self`
-    names = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return names.index("use_stateful_dataloader") if "use_stateful_dataloader" in names else None
+    return tuple(p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
 _PLAIN = (DataLoader, StatefulDataLoader)
@@ -328,15 +325,13 @@ def carry_user_attributes(
 ) -> None:
     """Give ``loader`` the attributes ``source`` (the user's loader) has and a ``DataLoader`` has not (only
     ``names``, if given), recording their names as ``user_attributes``."""
-    own = vars(loader)
-    carried = [
-        name
-        for name in (vars(source) if names is None else names)
+    own, theirs = vars(loader), vars(source)
+    carried = {
+        name: theirs[name]
+        for name in (theirs if names is None else names)
         if name not in own and not name.startswith(_NOT_CARRIED)
-    ]
-    for name in carried:
-        own[name] = vars(source)[name]
-    own["user_attributes"] = tuple(carried)
+    }
+    own.update(carried, user_attributes=tuple(carried))
 
 
 def rebuilt_as_user_class(source: DataLoader, dataset: Any, **kwargs: Any) -> DataLoader:

@@ -52,8 +52,7 @@ def classify(
     _check_unsharded(dataloader)
     dataset, workers = dataloader.dataset, dataloader.num_workers
     streamed = isinstance(dataset, IterableDataset)
-    if dispatch is None:
-        dispatch = put_on_device and streamed
+    dispatch = (put_on_device and streamed) if dispatch is None else dispatch
     if not streamed and isinstance(dataloader.sampler, BatchSampler):
         return DataKind("map", dispatch, "sampler")  # NOTE: a batch sampler passed as `sampler`
     if not streamed:
@@ -147,9 +146,7 @@ def user_batch_size(dataloader: DataLoader) -> int | None:
 # -- map-style ------------------------------------------------------------------------------------------
 def user_batch_sampler(dataloader: DataLoader) -> Any:
     """The user's batch sampler (also when it was passed as ``sampler`` with ``batch_size=None``)."""
-    if isinstance(dataloader.sampler, BatchSampler):
-        return dataloader.sampler
-    return dataloader.batch_sampler
+    return dataloader.sampler if isinstance(dataloader.sampler, BatchSampler) else dataloader.batch_sampler
 
 
 def _check_unsharded(dataloader: DataLoader) -> None:
@@ -199,8 +196,15 @@ def _stream(
     if missing is None:
         # NOTE: decided whatever the loader's workers: a resumed epoch may be read by the count it began with.
         workers_shard = not is_hugging_face(dataset)
-        if workers_shard and num_workers > 1:
-            _check_workers_can_split(dataset, num_processes, num_workers)
+        # NOTE: the dataset is a `ShardableStream` (`_cannot_shard`); its share is asked for only for workers.
+        share = dataset.shard(num_processes, 0) if workers_shard and num_workers > 1 else dataset
+        if not isinstance(share, ShardableStream):
+            raise TypeError(
+                f"`{type(dataset).__name__}.shard(num_shards, index)` returned a {type(share).__name__}, which has no "
+                f"`n_shards` / `shard`, so the {num_workers} `DataLoader` workers of a process cannot split its share "
+                "(each would read all of it). Return a dataset that implements the protocol again, or use "
+                "`num_workers=0`."
+            )
         reason = f"{dataset.n_shards} shards over {num_processes} processes"
         return DataKind("shares", state_name=NATIVE_STREAM, reason=reason, workers_shard=workers_shard)
     if mode == "native":
@@ -210,10 +214,18 @@ def _stream(
             f"{missing}. Give it `n_shards` and `shard(num_shards, index)` with at least one shard per process "
             "(see the README, \"Streaming data\"), or use `iterable_sharding='auto'` to fall back to striding."
         )
-    kind = DataKind("strided", state_name=STRIDED_STREAM, reason=missing)
     if first:
-        _say_fallback(kind, num_processes)
-    return kind
+        # NOTE: the warnings module shows each distinct message once per process, so no registry of our own.
+        warn(
+            f"lightning_shard: every process reads the whole iterable dataset and keeps 1/{num_processes} of it, "
+            f"because {missing}. That needs the same stream on every process, which the processes check "
+            "at each epoch's first batch. To read each sample once in the job, give the dataset `n_shards` and "
+            '`shard(num_shards, index)` (README, "Streaming data"), or, if it splits itself by rank, declare '
+            "`splits_by_rank = True` on it; pass `iterable_sharding='stride'` to keep striding without this message.",
+            StreamShardingWarning,
+            stacklevel=5,
+        )
+    return DataKind("strided", state_name=STRIDED_STREAM, reason=missing)
 
 
 def _dispatched_stream(dataset: Any, num_processes: int) -> DataKind:
@@ -232,21 +244,6 @@ def _dispatched_stream(dataset: Any, num_processes: int) -> DataKind:
     return DataKind("strided", True, state_name=STRIDED_STREAM, library=splits, workers_shard=workers_shard)
 
 
-def _say_fallback(kind: DataKind, num_processes: int) -> None:
-    """Tell the user once, on rank 0, why ``"auto"`` strides the stream (every process reads all of it): the
-    ``kind``'s reason."""
-    # NOTE: the warnings module shows each distinct message once per process, so no registry of our own.
-    warn(
-        f"lightning_shard: every process reads the whole iterable dataset and keeps 1/{num_processes} of it, "
-        f"because {kind.reason}. That needs the same stream on every process, which the processes check "
-        "at each epoch's first batch. To read each sample once in the job, give the dataset `n_shards` and "
-        '`shard(num_shards, index)` (README, "Streaming data"), or, if it splits itself by rank, declare '
-        "`splits_by_rank = True` on it; pass `iterable_sharding='stride'` to keep striding without this message.",
-        StreamShardingWarning,
-        stacklevel=6,
-    )
-
-
 def _cannot_shard(dataset: Any, num_processes: int) -> str | None:
     """Why ``dataset`` cannot give each of ``num_processes`` processes a shard, or ``None`` if it can."""
     if not isinstance(dataset, ShardableStream):
@@ -255,17 +252,6 @@ def _cannot_shard(dataset: Any, num_processes: int) -> str | None:
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < num_processes:
         return f"it has {shards} shards for {num_processes} processes"
     return None
-
-
-def _check_workers_can_split(dataset: Any, num_processes: int, num_workers: int) -> None:
-    share = dataset.shard(num_processes, 0)
-    if not isinstance(share, ShardableStream):
-        raise TypeError(
-            f"`{type(dataset).__name__}.shard(num_shards, index)` returned a {type(share).__name__}, which has no "
-            f"`n_shards` / `shard`, so the {num_workers} `DataLoader` workers of a process cannot split its share "
-            "(each would read all of it). Return a dataset that implements the protocol again, or use "
-            "`num_workers=0`."
-        )
 
 
 def is_hugging_face(dataset: Any) -> bool:
@@ -297,8 +283,4 @@ SELF_SPLITTING: tuple[Recogniser, ...] = (
 def self_split(dataset: Any) -> SelfSplit | None:
     """How ``dataset`` already splits itself by rank (then it must not be sharded again; ``SELF_SPLITTING``
     recognises it), or ``None``."""
-    for recognise in SELF_SPLITTING:
-        found = recognise(dataset)
-        if found is not None:
-            return found
-    return None
+    return next(filter(None, (recognise(dataset) for recognise in SELF_SPLITTING)), None)

@@ -36,9 +36,7 @@ SAME: Final = "same"
 def stream_ends_for(strided: bool, even_batches: bool, uneven: StreamEnds = SHORTEST) -> StreamEnds:
     """The ``stream_ends`` policy of a stream, decided here only: with ``even_batches`` ``"same"`` (strided) or
     ``"pad"`` (a share of its own), else ``uneven`` (``"own"`` where no step is collective: predict)."""
-    if not even_batches:
-        return uneven
-    return SAME if strided else PAD
+    return (SAME if strided else PAD) if even_batches else uneven
 
 
 _ENDS_TEXT = {
@@ -247,8 +245,7 @@ class ShardingInfo:
     @property
     def total_batch_size(self) -> int:
         """Samples per step across all processes (``B * N``, or ``B`` with ``split_batches``; 0 unknown)."""
-        batch_size = self.batch_size or 0
-        return batch_size if self.split_batches else batch_size * self.num_processes
+        return (self.batch_size or 0) * (1 if self.split_batches else self.num_processes)
 
     def samples_in(self, read: int) -> int:
         """Samples in ``read`` of ``read_unit`` (``Position.read_before_resume``, or a state's ``consumed``)."""
@@ -294,8 +291,6 @@ class ResumeHook(Protocol):
 
     def consumed(self) -> Consumed | None:
         """What the consumer took of the current epoch; ``None`` when the loader's own count is right."""
-        ...
 
     def resharded(self) -> None:
         """Called after ``load_state_dict`` loaded a state written by another number of processes."""
-        ...

@@ -89,9 +89,13 @@ class Resumption:
         epoch = self.epoch if restore is None or restore.epoch is None else restore.epoch
         self.set_epoch(epoch)
         if restore is not None:
-            self._restore_randomness(restore)
-            if restore.library is not None and self.source.library is not None:
-                self.source.library.restore(restore.library, epoch, restore.read_before_resume)
+            generator, seeded, library = self.source.generator(), self.source.seeded(), self.source.library
+            if restore.generator_state is not None and generator is not None:
+                generator.set_state(decode_generator_state(restore.generator_state))
+            if restore.sampler_seed is not None and seeded is not None:
+                seeded.initial_seed = restore.sampler_seed
+            if restore.library is not None and library is not None:
+                library.restore(restore.library, epoch, restore.read_before_resume)
         start = replace(
             restore if restore is not None else Position(epoch),
             epoch=epoch,
@@ -123,14 +127,6 @@ class Resumption:
         self.progress.begun, self.progress.steps = None, 0
         self.set_epoch(self.epoch + 1)
 
-    def _restore_randomness(self, restore: Position) -> None:
-        generator = self.source.generator()
-        if restore.generator_state is not None and generator is not None:
-            generator.set_state(decode_generator_state(restore.generator_state))
-        seeded = self.source.seeded()
-        if restore.sampler_seed is not None and seeded is not None:
-            seeded.initial_seed = restore.sampler_seed
-
     def sampler_seed(self) -> int | None:
         """The seed of a seeded order (``SamplerKind.seeded``: it ignores the generator's state)."""
         seeded = self.source.seeded()
@@ -158,12 +154,10 @@ class Resumption:
         if consumed is not None and consumed.epoch_finished:
             # NOTE: an uninterrupted run starts the next epoch from the generator as the last one left it. A
             # loader whose iterator ran to its end has already moved on to the next epoch.
-            epoch = consumed.next_epoch
-            if epoch is None:
-                epoch = self.epoch + 1 if self.progress.in_epoch else self.epoch
+            following = self.epoch + 1 if self.progress.in_epoch else self.epoch
+            epoch = following if consumed.next_epoch is None else consumed.next_epoch
             return self.state_at(self._drawn(Position(epoch)), 0).to_dict()
-        if consumed is not None:
-            steps = consumed.steps
+        steps = consumed.steps if consumed is not None else steps
         return self.state_at(self.snapshot(), steps).to_dict()
 
     def state_at(self, position: Position, steps: int | None) -> LoaderState:
@@ -190,11 +184,16 @@ class Resumption:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Check ``state_dict`` (``check_resumable``) and record it for the next ``iter()``."""
-        info, stream = self.source.sharding(), self.source.stream
-        saved = check_resumable(state_dict, info, self.source.library)
+        info, stream, library = self.source.sharding(), self.source.stream, self.source.library
+        saved = check_resumable(state_dict, info, library)
         ends = None if stream is None else stream.restored_ends(saved.streams)
         at, resharded = saved.position, saved.sharding.num_processes != info.num_processes
-        handed = self._library_continues(saved)
+        # NOTE: a library that continues an epoch itself takes a position mid-epoch: checked now, handed to it
+        # when the epoch begins.
+        handed = False
+        if library is not None and library.resumes_itself and saved.library is not None and at.steps > 0:
+            library.check_restore(saved.library)
+            handed = True
         # NOTE: another number of processes continues after everything consumed, its steps counted as taken;
         # so does a library that continues the epoch itself (the loader then skips nothing).
         if resharded or handed:
@@ -205,15 +204,6 @@ class Resumption:
         self.progress.epoch = at.epoch or 0
         if resharded and self.resume_hook is not None:
             self.resume_hook.resharded()
-
-    def _library_continues(self, saved: LoaderState) -> bool:
-        """Whether a library that continues an epoch itself takes this position (checked now, handed to it when
-        the epoch begins)."""
-        library, at = self.source.library, saved.position
-        if library is None or not library.resumes_itself or saved.library is None or at.steps == 0:
-            return False
-        library.check_restore(saved.library)
-        return True
 
 
 def _stream_epoch_workers(saved: LoaderState, info: ShardingInfo, num_workers: int) -> int | None:

@@ -238,9 +238,7 @@ def _source(loader: DataLoaderShard) -> ShardSource:
         return PlainSource(loader)
     spans = _covers_group(dataset.num_processes, loader.topology)
     stream = StreamRun(kind, dataset.num_processes, dataset.process_index, spans_group=spans)
-    if kind.source == "shares":
-        return ShareSource(loader, dataset, stream)
-    return StridedSource(loader, dataset, stream)
+    return (ShareSource if kind.source == "shares" else StridedSource)(loader, dataset, stream)
 
 
 def _covers_group(num_processes: int, topology: Topology | None) -> bool:
@@ -260,9 +258,8 @@ def _with_cursor(
     kwargs = dict(kwargs)
     if kind.fingerprinted and not isinstance(kwargs.get("collate_fn"), CollateFingerprinted):
         collate = kwargs.get("collate_fn")
-        if collate is None:
-            collate = default_collate if kwargs.get("batch_size", 1) is not None else default_convert
-        kwargs["collate_fn"] = CollateFingerprinted(collate)
+        default = default_collate if kwargs.get("batch_size", 1) is not None else default_convert
+        kwargs["collate_fn"] = CollateFingerprinted(default if collate is None else collate)
     cursor = None
     if kind.indexed:
         slot = "batch_sampler" if kind.index_shape == "batches" else "sampler"

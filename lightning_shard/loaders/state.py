@@ -4,6 +4,7 @@ than per process, refused by name where it cannot continue (docs/DESIGN.md, "Glo
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any, get_args
 
@@ -213,54 +214,6 @@ def _other_shares(saved: int, now: int, library: SelfSplit | None) -> str:
     )
 
 
-_COUNTS = ("epoch", "steps", "base", "consumed", "base_steps", "num_workers", "batch_size", "dataset_length")
-_FLAGS = ("split_batches", "drop_last")
-_NULLABLE = {
-    "batch_size",
-    "dataset_length",
-    *(name for name, default in _OPTIONAL.items() if default is None),
-}
-"""The keys whose value may be ``None``: a size not known, and the optional keys that default to it."""
-
-
-def _check_values(values: dict[str, Any]) -> None:
-    """Refuse an edited state now, rather than a confusing failure at the next ``iter()``."""
-    for name, value in values.items():
-        if not _valid(name, value):
-            _refuse(name, value)
-    if values.get("base_steps", 0) > values["steps"]:
-        _refuse("base_steps", values["base_steps"])
-
-
-def _refuse(name: str, value: Any) -> None:
-    raise ValueError(
-        f"`state_dict[{name!r}]` is {value!r}, which a loader never writes; the state was edited or "
-        "corrupted. Pass the dict returned by the loader's `state_dict()` unchanged."
-    )
-
-
-def _valid(name: str, value: Any) -> bool:
-    if value is None:
-        return name in _NULLABLE
-    if name in _COUNTS:
-        return _is_int(value, least=0)
-    if name in ("num_processes", "world_size"):
-        return _is_int(value, least=1)
-    if name == "even_batches":
-        return isinstance(value, bool) or value == "balanced"
-    if name in _FLAGS:
-        return isinstance(value, bool)
-    if name == "mode":
-        return value in get_args(Mode)
-    if name == "sampler_seed":
-        return _is_int(value)
-    if name == "streams":
-        return isinstance(value, list) and all(_valid_stream(entry) for entry in value)
-    if name == "library":
-        return isinstance(value, dict)
-    return isinstance(value, str)
-
-
 def _valid_stream(entry: Any) -> bool:
     if not isinstance(entry, dict) or set(entry) != {"ended_at"}:
         return False
@@ -270,6 +223,41 @@ def _valid_stream(entry: Any) -> bool:
 def _is_int(value: Any, least: int | None = None) -> bool:
     """Whether ``value`` is an ``int`` (not a ``bool``), of at least ``least`` if given."""
     return isinstance(value, int) and not isinstance(value, bool) and (least is None or value >= least)
+
+
+_COUNTS = ("epoch", "steps", "base", "consumed", "base_steps", "num_workers", "batch_size", "dataset_length")
+_NULLABLE = {"batch_size", "dataset_length", *(key for key, default in _OPTIONAL.items() if default is None)}
+"""The keys whose value may be ``None``: a size not known, and the optional keys that default to it."""
+_VALID: dict[str, Callable[[Any], bool]] = {
+    **dict.fromkeys(_COUNTS, lambda value: _is_int(value, least=0)),
+    **dict.fromkeys(("num_processes", "world_size"), lambda value: _is_int(value, least=1)),
+    **dict.fromkeys(("split_batches", "drop_last"), lambda value: isinstance(value, bool)),
+    "even_batches": lambda value: isinstance(value, bool) or value == "balanced",
+    "mode": lambda value: value in get_args(Mode),
+    "sampler_seed": _is_int,
+    "streams": lambda value: isinstance(value, list) and all(_valid_stream(entry) for entry in value),
+    "library": lambda value: isinstance(value, dict),
+}
+"""What each key's value must be when it is not ``None`` (any other key: a string)."""
+
+
+def _check_values(values: dict[str, Any]) -> None:
+    """Refuse an edited state now, rather than a confusing failure at the next ``iter()``: the first value a
+    loader never writes (then ``base_steps`` above ``steps``)."""
+    bad = next((name for name, value in values.items() if not _valid(name, value)), None)
+    if bad is None and values["base_steps"] > values["steps"]:
+        bad = "base_steps"
+    if bad is not None:
+        raise ValueError(
+            f"`state_dict[{bad!r}]` is {values[bad]!r}, which a loader never writes; the state was edited or "
+            "corrupted. Pass the dict returned by the loader's `state_dict()` unchanged."
+        )
+
+
+def _valid(name: str, value: Any) -> bool:
+    if value is None:
+        return name in _NULLABLE
+    return _VALID.get(name, lambda value: isinstance(value, str))(value)
 
 
 def _describe(value: Any) -> str:
