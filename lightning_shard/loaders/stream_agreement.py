@@ -158,51 +158,36 @@ class Share:
             raise RuntimeError("This process's share of the stream yields nothing, so it cannot be padded.")
         return batch
 
-    def rest(self) -> Iterator[Any]:
-        """What is left of the real pass (nothing once it ended)."""
-        return iter(()) if self.exhausted else self.iterator
-
 
 class Agreement:
-    """One asynchronous all-reduce (a sum over the group) of two integers per fetch, settled before that batch
-    is yielded: how many ranks' shares have ended, and how many of those were empty; with ``digests``, two more:
-    the fetched batch's digest and its square (``SameStreamCheck``)."""
+    """One asynchronous all-reduce (a sum over the group) of the integers a fetch's check sends, settled before
+    that batch is yielded: how many ranks' shares have ended, and how many of those were empty; for a strided
+    stream two more, the fetched batch's digest and its square (``SameStreamCheck``). The epoch's report is
+    summed with it too (``StreamRun``)."""
 
-    def __init__(self, digests: bool = False) -> None:
+    def __init__(self) -> None:
         self._pending: tuple[torch.Tensor, Any] | None = None
-        self._early: tuple[int, ...] | None = None
-        self.digests = digests
+        self._sums: tuple[int, ...] = ()
         self.sent = 0
-        """Bytes this process all-reduced in its checks so far."""
+        """Bytes this process all-reduced so far."""
 
-    def start(self, ended: bool, empty: bool, digest: int = 0) -> None:
-        values = [int(ended), int(empty)] + ([digest, digest * digest] if self.digests else [])
+    def start(self, *values: int) -> None:
+        """Start summing ``values`` over the group."""
         flags = torch.tensor(values, dtype=torch.int64, device=communication_device())
         self.sent += flags.numel() * flags.element_size()
         self._pending = (flags, dist.all_reduce(flags, async_op=True))
 
-    def drain(self) -> None:
-        """Wait for a started check whose answer is no longer needed."""
-        if self._pending is not None:
-            self._pending[1].wait()
-            self._pending = None
-
     def settle(self) -> tuple[int, ...]:
-        """The sums over the group's ranks: ended shares, empty ones (and the digests', with ``digests``)."""
-        if self._early is not None:
-            sums, self._early = self._early, None
-            return sums
-        assert self._pending is not None  # NOTE: each settle follows its start in `StreamRun.batches`.
-        flags, work = self._pending
-        self._pending = None
-        work.wait()
-        return tuple(int(value) for value in flags.tolist())
-
-    def settle_early(self) -> tuple[int, ...]:
-        """``settle`` now, the next ``settle`` returning the same sums (the first two batches are compared
-        before the first is yielded)."""
-        self._early = self.settle()
-        return self._early
+        """The sums of the values started last, waited for once: settled again before the next ``start``, the
+        same sums (the first two batches are compared before the first is yielded; an epoch left early
+        settles the check every process started, so no collective of ours is in flight when the group goes
+        down)."""
+        if self._pending is not None:
+            flags, work = self._pending
+            self._pending = None
+            work.wait()
+            self._sums = tuple(int(value) for value in flags.tolist())
+        return self._sums
 
 
 _MASK = (1 << 63) - 1
