@@ -19,12 +19,7 @@ from torch.utils.data import DataLoader
 from lightning_shard.comm.rng import synchronize_rng_states
 from lightning_shard.comm.tree import send_to_device
 from lightning_shard.loaders.position import Position, ShardingInfo
-from lightning_shard.loaders.stream_agreement import (
-    epoch_seed,
-    fetch_seed,
-    fetches_may_draw,
-    isolated_fetches,
-)
+from lightning_shard.loaders.stream_agreement import fetches_may_draw, isolated_fetches
 from lightning_shard.sampling.batch_shard import marked_last
 from lightning_shard.sampling.nodes_feed import Feed
 from lightning_shard.sampling.samplers import BatchSamplerWrapper, forward_epoch, pass_epoch
@@ -152,14 +147,10 @@ class MapSource(ShardSource):
 
     def batches(self, start: Position) -> Batches:
         loader = self.loader
-        seed, epoch = epoch_seed(start.generator_state, loader.draw_seed), start.epoch or 0
         process = loader.topology.process_index if loader.topology is not None else 0
-        loaded = isolated_fetches(
-            functools.partial(self._read, start),
-            lambda step: fetch_seed(seed, epoch, process, step),
-            start.start,
-            each_fetch=loader.num_workers == 0 and fetches_may_draw(loader.dataset, loader.collate_fn),
-        )
+        each_fetch = loader.num_workers == 0 and fetches_may_draw(loader.dataset, loader.collate_fn)
+        read = functools.partial(self._read, start)
+        loaded = isolated_fetches(read, start, loader.draw_seed, process, each_fetch)
         return marked_last(loaded, moving(loader))
 
     def _read(self, start: Position) -> Iterator[Any]:

@@ -6,6 +6,7 @@ epoch, process, step)`` and restored after (``isolated_fetches``; "Random states
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from torch.utils.data import TensorDataset, default_collate, default_convert
 
 from lightning_shard.comm.collectives import all_gather_objects, communication_device
 from lightning_shard.comm.tree import map_leaves
+from lightning_shard.loaders.position import Position
 from lightning_shard.sampling.permutation import splitmix64
 from lightning_shard.sampling.stream_fingerprint import DIGEST_BITS, Fingerprint, Fingerprinted
 
@@ -221,19 +223,23 @@ def fetch_seed(seed: int, epoch: int, process_index: int, step: int) -> int:
 
 def isolated_fetches(
     make: Callable[[], Iterator[Any]],
-    key: Callable[[int], int],
-    start: int,
+    start: Position,
+    draw_seed: int,
+    process_index: int,
     each_fetch: bool,
     when: Callable[[int], bool] | None = None,
 ) -> Iterator[Any]:
     """Iterate ``make()``: creating it, and each fetch if ``each_fetch`` (those of the steps ``when`` picks, if
-    given), with torch's CPU generator seeded with ``key(step)`` (steps counted from ``start``) and the caller's
-    state restored after."""
+    given), with torch's CPU generator seeded with ``fetch_seed`` of the epoch ``start`` begins (its
+    ``epoch_seed``, from ``draw_seed`` without a generator state), ``process_index`` and the step (counted from
+    ``start.start``), and the caller's state restored after."""
+    seed = epoch_seed(start.generator_state, draw_seed)
+    key = functools.partial(fetch_seed, seed, start.epoch or 0, process_index)
     source = _seeded(make, key(-1))
     if not each_fetch:
         yield from source
         return
-    for step in itertools.count(start):
+    for step in itertools.count(start.start):
         try:
             batch = _seeded(source.__next__, key(step)) if when is None or when(step) else next(source)
         except StopIteration:

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from lightning_shard.comm.tree import batch_length
 from lightning_shard.loaders.position import SHORTEST, Position, ShardingInfo
 from lightning_shard.loaders.source import Batches, ShardSource, moving
-from lightning_shard.loaders.stream_agreement import SameStreamCheck, epoch_seed, fetch_seed, isolated_fetches
+from lightning_shard.loaders.stream_agreement import SameStreamCheck, isolated_fetches
 from lightning_shard.loaders.streams import StreamRun
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.native_stream import NativeStreamShard
@@ -131,9 +131,7 @@ class StridedSource(StreamSource):
         workers' seeds and the compared batches' draws are the same everywhere (``loaders/stream_agreement.py``)."""
         if not self.shard.fingerprinted:
             return make()
-        seed, epoch = epoch_seed(start.generator_state, self.loader.draw_seed), start.epoch or 0
-        key = functools.partial(fetch_seed, seed, epoch, 0)
-        return isolated_fetches(make, key, start.start, workers == 0, when=checked_step)
+        return isolated_fetches(make, start, self.loader.draw_seed, 0, workers == 0, when=checked_step)
 
     def _read(self, start: Position, skip_steps: int) -> Iterator[Any]:
         """The user's batches from ``start``, the shard skipping ``skip_steps`` global batches after the elements
