@@ -224,36 +224,29 @@ def piped(steps: Batches, graph: NodesGraph, move: Callable[[Any], Any] | None =
     feed = Feed()
     root = graph.build(feed)
     lasts: collections.deque[bool] = collections.deque()
-    pending: Iterator[tuple[Any, bool]] = iter(steps)
 
-    def hand_over() -> bool:
-        step = next(pending, None)
+    def hand_over() -> None:
+        step = next(steps, None)
         if step is None:
-            feed.close()
-            return False
-        feed.put(list(step[0]))
-        lasts.append(step[1])
-        return True
+            feed.close()  # NOTE: again at each later call: the graph gets `StopIteration` either way
+        else:
+            feed.put(list(step[0]))
+            lasts.append(step[1])
 
     try:
-        more = True
         for _ in range(AHEAD + 1):
-            more = more and hand_over()
+            hand_over()
         while lasts:
-            batch = _next_batch(root, graph, len(lasts))
+            try:
+                batch = next(root)
+            except StopIteration:
+                raise RuntimeError(
+                    f"The torchdata.nodes graph `{graph.describe()}` ended with {len(lasts)} steps of its root's "
+                    "items still handed to it: one of its nodes yields fewer batches than it is given steps. "
+                    "Report this with the graph: lightning_shard rebuilds only nodes that yield one batch per step."
+                ) from None
             last = lasts.popleft()
-            more = more and hand_over()
+            hand_over()
             yield (batch if move is None else move(batch)), last
     finally:
         feed.close()
-
-
-def _next_batch(root: Any, graph: NodesGraph, waiting: int) -> Any:
-    try:
-        return next(root)
-    except StopIteration:
-        raise RuntimeError(
-            f"The torchdata.nodes graph `{graph.describe()}` ended with {waiting} steps of its root's items still "
-            "handed to it: one of its nodes yields fewer batches than it is given steps. Report this with the "
-            "graph: lightning_shard rebuilds only nodes that yield one batch per step."
-        ) from None
