@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import TensorDataset, default_collate, default_convert
 
-from lightning_shard.comm.collectives import all_gather_objects, communication_device
+from lightning_shard.comm.collectives import communication_device
 from lightning_shard.comm.tree import map_leaves
 from lightning_shard.loaders.position import Position
 from lightning_shard.sampling.permutation import splitmix64
@@ -24,21 +24,6 @@ from lightning_shard.sampling.stream_fingerprint import DIGEST_BITS, Fingerprint
 
 END = object()
 """What ``Share.fetch`` returns once the real pass is over."""
-
-
-def all_ended(count: int, ended_here: bool, step: int) -> bool:
-    """``"same"``: whether the stream ended on all ``count`` processes; raises on all if only some."""
-    world = dist.get_world_size()
-    if 0 < count < world:
-        ended_on = [rank for rank, done in enumerate(all_gather_objects(ended_here)) if done]
-        raise RuntimeError(
-            f"The iterable dataset ran out on processes {ended_on} of {world} after {step} batches, "
-            "but not on the others: it yields different elements on different processes. Every process "
-            "reads the whole stream and keeps its own slice, so make the dataset yield the same stream "
-            "on every process (do not split it by rank yourself), or shard it yourself and use a plain "
-            "`DataLoader` without `prepare_data_loader`."
-        )
-    return count > 0
 
 
 class SameStreamCheck:
@@ -77,9 +62,8 @@ class SameStreamCheck:
         slice of a last, short global batch may be empty), every share not ended out of order."""
         ended, _, total, squares = sums
         world = dist.get_world_size()
-        if ended != (0 if self.in_order else world) or world * squares == total * total:
-            return
-        raise RuntimeError(self._message(step))
+        if ended == (0 if self.in_order else world) and world * squares != total * total:
+            raise RuntimeError(self._message(step))
 
     def _message(self, step: int) -> str:
         name, n = type(self.shard.dataset).__name__, self.shard.num_processes

@@ -21,7 +21,7 @@ from lightning_shard.loaders.position import (
     StreamEnds,
     stream_ends_for,
 )
-from lightning_shard.loaders.stream_agreement import END, Agreement, SameStreamCheck, Share, all_ended
+from lightning_shard.loaders.stream_agreement import END, Agreement, SameStreamCheck, Share
 from lightning_shard.log import warn
 
 _QUEUED = 16
@@ -145,7 +145,10 @@ class StreamRun:
         epoch, steps = start.epoch or 0, start.steps
         self._paddings.clear()
         same = self.stream_ends == SAME
-        agreement = self._agreement = Agreement() if self._agrees() else None
+        # NOTE: the ends are agreed where every rank of the group iterates this stream (all of them, or a
+        # whole mesh's ranks).
+        agrees = self.stream_ends != OWN and self.num_processes > 1 and is_distributed() and self.spans_group
+        agreement = self._agreement = Agreement() if agrees else None
         counts = [0, 0]  # real and padding samples this process yielded in this run
 
         def fetch() -> Any:
@@ -202,18 +205,23 @@ class StreamRun:
                 left = 0 if share.exhausted else rows(current) + sum(rows(batch) for batch in share.iterator)
             self.report = self._report(counts, _end(share, before), left, epoch, step - steps)
 
-    def _agrees(self) -> bool:
-        """Whether every rank of the group iterates this stream (all of them, or a whole mesh's ranks)."""
-        return self.stream_ends != OWN and self.num_processes > 1 and is_distributed() and self.spans_group
-
     def _stops(self, sums: tuple[int, ...], step: int, ended_here: bool, empty_here: bool) -> bool:
         """Whether the epoch ends here, from the sums of a check (the same on every process); raises
-        everywhere on an uneven end it cannot take (``empty_here``: this process's share is empty)."""
-        if self.stream_ends == SAME:
-            return all_ended(sums[0], ended_here, step)
-        # NOTE: under a mesh every rank of a data-parallel index reads the same share and sends the same
-        # flags, so each share is counted once per rank of its index.
-        peers = dist.get_world_size() // self.num_processes
+        everywhere on an uneven end it cannot take: under ``"same"`` a stream that ran out on some processes
+        only (``ended_here``: on this one), under ``"pad"`` an empty share (``empty_here``: this one's)."""
+        world = dist.get_world_size()
+        if self.stream_ends == SAME and 0 < sums[0] < world:
+            ended_on = [rank for rank, done in enumerate(all_gather_objects(ended_here)) if done]
+            raise RuntimeError(
+                f"The iterable dataset ran out on processes {ended_on} of {world} after {step} batches, "
+                "but not on the others: it yields different elements on different processes. Every process "
+                "reads the whole stream and keeps its own slice, so make the dataset yield the same stream "
+                "on every process (do not split it by rank yourself), or shard it yourself and use a plain "
+                "`DataLoader` without `prepare_data_loader`."
+            )
+        # NOTE: under a mesh every rank of a data-parallel index reads the same share (or stream) and sends
+        # the same flags, so each is counted once per rank of its index.
+        peers = world // self.num_processes
         ended, empty = (total // peers for total in sums[:2])
         if empty and ended < self.num_processes and self.stream_ends == PAD:
             flagged = all_gather_objects(self.process_index if empty_here else None)
