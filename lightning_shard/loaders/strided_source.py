@@ -152,25 +152,19 @@ class StridedSource(StreamSource):
         already took ``start.start`` steps."""
         shard, loader, steps = self.shard, self.loader, start.steps_before_resume
         shard.seed_dataset_generator()
-        order = _replay(
-            shard.dataset,
-            steps,
-            batch_size=start.read_before_resume // steps,
-            drop_last=shard.drop_last,
-            num_workers=workers,
-            **{name: getattr(loader, name) for name in _WORKER_SETTINGS},
-        )
-        rest = shard.over(order)
+        # NOTE: the epoch's global batch read by its workers, as the user's settings say they read.
+        settings = {name: getattr(loader, name) for name in _WORKER_SETTINGS}
+        settings.update(batch_size=start.read_before_resume // steps, drop_last=shard.drop_last)
+        rest = shard.over(_replay(shard.dataset, steps, num_workers=workers, **settings))
         rest.resume(skip_steps=start.start)
         # NOTE: read in this process, batched, collated and pinned as the loader does.
-        kept = {
-            name: getattr(loader, name) for name in ("batch_size", "drop_last", "collate_fn", "pin_memory")
-        }
-        return iter(DataLoader(rest, **kept))
+        return iter(DataLoader(rest, **{name: getattr(loader, name) for name in _BATCHING}))
 
 
 _WORKER_SETTINGS = ("worker_init_fn", "multiprocessing_context", "prefetch_factor", "timeout")
 """The user's ``DataLoader`` settings that decide how the workers read; everything else is ours."""
+_BATCHING = ("batch_size", "drop_last", "collate_fn", "pin_memory")
+"""The loader's settings a replay's batches are made with in this process."""
 
 
 def _replay(dataset: Any, skip_groups: int, **settings: Any) -> Iterator[Any]:
