@@ -104,19 +104,17 @@ class Share:
         self.restart = restart
         self.iterator: Iterator[Any] = first
         self.end: int | None = None
-        self.position = skip
-        """Real batches fetched from the share (those skipped included)."""
         if ended is not None and 0 < ended < skip:
             # NOTE: an end recorded by a state of 0.2 / 0.3: that first pass is already padding.
             self.end = ended
             self.iterator = itertools.islice(first, (skip - ended) % ended, None)
-            return
-        read = sum(1 for _ in itertools.islice(first, skip))
-        if read < skip and read:
-            self.end = read
-            self.iterator = itertools.islice(restart(), (skip - read) % read, None)
-        elif read < skip:
-            self.position = 0  # NOTE: an empty share ends at its first fetch, as in a fresh epoch
+        # NOTE: else the `skip` batches are read again, which finds where a share that ends before them ends
+        # (an empty one ends at its first fetch, as in a fresh epoch).
+        self.position = 0 if self.end is not None else sum(1 for _ in itertools.islice(first, skip))
+        """Real batches fetched from the share (those skipped included)."""
+        if 0 < self.position < skip:
+            self.end = self.position
+            self.iterator = itertools.islice(restart(), (skip - self.position) % self.position, None)
 
     @property
     def exhausted(self) -> bool:
