@@ -244,13 +244,12 @@ class DispatchSource(BatchSource):
         now = generator.get_state() if generator is not None else None
         if generator is not None and at_start is not None:
             generator.set_state(decode_generator_state(at_start))
-        batches, rows = [], 0
+        batches: list[Any] = []
         try:
-            loader.cursor.rewind(0, 0)
+            loader.cursor.rewind()
             for batch in itertools.islice(loader.user_batches(), skipped):
                 batches.append(batch)
-                rows += batch_length(batch)
-                if rows >= loader.num_processes:
+                if sum(batch_length(read) for read in batches) >= loader.num_processes:
                     break
         finally:
             if generator is not None and now is not None:
