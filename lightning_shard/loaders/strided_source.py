@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 from collections.abc import Callable, Iterator, Sized
 from typing import Any
 
@@ -137,8 +136,7 @@ class StridedSource(StreamSource):
         elements = shard.length_after(base, shard.num_processes - 1 if shortest else None)
         if batch_size is None:
             return elements
-        rounded = math.floor if self.loader.drop_last else math.ceil
-        return int(rounded(elements / batch_size))
+        return elements // batch_size if self.loader.drop_last else -(-elements // batch_size)
 
     def sharding(self) -> ShardingInfo:
         return self.stream_sharding(self.shard.drop_last)
