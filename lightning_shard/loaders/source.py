@@ -179,8 +179,7 @@ class MapSource(ShardSource):
         self.cursor.set_epoch(epoch)
 
     def generator(self) -> torch.Generator | None:
-        synchronized = self.loader.synchronized_generator
-        return synchronized if synchronized is not None else self.cursor.kind.generator
+        return self.loader.synchronized_generator or self.cursor.kind.generator
 
     def seeded(self) -> Any:
         return self.cursor.kind.seeded
