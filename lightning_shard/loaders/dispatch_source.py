@@ -45,17 +45,12 @@ class DispatchSource(BatchSource):
             self.channels[peer] = Channel(peer, communication_device())
         return self.channels[peer]
 
-    def _slice_of(self) -> tuple[int, list[tuple[int, int]]]:
-        """On the loading process: its own slice's index, and each other rank with its slice's index."""
-        indices, size = self.loader.topology.rank_indices, self.loader.num_processes
-        if indices is None:
-            return 0, [(peer, peer) for peer in range(1, size)]
-        return indices[0], [(peer, index) for peer, index in enumerate(indices) if peer != 0]
-
     def _serve(self, start: Position) -> Batches:
         """Process 0: build global batches, send each peer its slice, yield our own."""
         loader, last = self.loader, False
-        own, peers = self._slice_of()
+        # NOTE: our own slice's index, and each other rank with its slice's index (a mesh's, or its own).
+        indices = loader.topology.rank_indices or range(loader.num_processes)
+        own, peers = indices[0], [(peer, index) for peer, index in enumerate(indices) if peer != 0]
         try:
             for batch, last in self._global_slices(start):
                 for peer, index in peers:
@@ -233,9 +228,7 @@ class DispatchSource(BatchSource):
 
     def generator(self) -> torch.Generator | None:
         """The sampler's generator, or an iterable dataset's (the reference's convention)."""
-        if self.by_index:
-            return self.loader.cursor.kind.generator
-        return dataset_generator(self.loader.dataset)
+        return self.loader.cursor.kind.generator if self.by_index else dataset_generator(self.loader.dataset)
 
     def seeded(self) -> Any:
         return self.loader.cursor.kind.seeded if self.by_index else None
@@ -251,13 +244,12 @@ class DispatchSource(BatchSource):
         now = generator.get_state() if generator is not None else None
         if generator is not None and at_start is not None:
             generator.set_state(decode_generator_state(at_start))
-        batches, rows = [], 0
+        batches: list[Any] = []
         try:
-            loader.cursor.rewind(0, 0)
+            loader.cursor.rewind()
             for batch in itertools.islice(loader.user_batches(), skipped):
                 batches.append(batch)
-                rows += batch_length(batch)
-                if rows >= loader.num_processes:
+                if sum(batch_length(read) for read in batches) >= loader.num_processes:
                     break
         finally:
             if generator is not None and now is not None:
@@ -270,10 +262,9 @@ class DispatchSource(BatchSource):
         loader, n = self.loader, self.loader.num_processes
         if sum(batch_length(batch) for batch in head) < n:
             head = [*head, *first]
-        enough = loader.slice_fn is slice_batch and batch_length(head[0]) >= n
-        return loader.slice_fn(
-            _joined(head[:1] if enough else head), slice(0, n), process_index=0, num_processes=n
-        )
+        if loader.slice_fn is slice_batch and batch_length(head[0]) >= n:
+            head = head[:1]
+        return loader.slice_fn(_joined(head), slice(0, n), process_index=0, num_processes=n)
 
 
 def _joined(batches: list[Any]) -> Any:

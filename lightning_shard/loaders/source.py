@@ -19,12 +19,7 @@ from torch.utils.data import DataLoader
 from lightning_shard.comm.random_states import synchronize_rng_states
 from lightning_shard.comm.tree import send_to_device
 from lightning_shard.loaders.position import Position, ShardingInfo
-from lightning_shard.loaders.stream_agreement import (
-    epoch_seed,
-    fetch_seed,
-    fetches_may_draw,
-    isolated_fetches,
-)
+from lightning_shard.loaders.stream_agreement import fetches_may_draw, isolated_fetches
 from lightning_shard.sampling.batch_shard import marked_last
 from lightning_shard.sampling.nodes_feed import Feed
 from lightning_shard.sampling.samplers import BatchSamplerWrapper, forward_epoch, pass_epoch
@@ -152,14 +147,10 @@ class MapSource(ShardSource):
 
     def batches(self, start: Position) -> Batches:
         loader = self.loader
-        seed, epoch = epoch_seed(start.generator_state, loader.draw_seed), start.epoch or 0
         process = loader.topology.process_index if loader.topology is not None else 0
-        loaded = isolated_fetches(
-            functools.partial(self._read, start),
-            lambda step: fetch_seed(seed, epoch, process, step),
-            start.start,
-            each_fetch=loader.num_workers == 0 and fetches_may_draw(loader.dataset, loader.collate_fn),
-        )
+        each_fetch = loader.num_workers == 0 and fetches_may_draw(loader.dataset, loader.collate_fn)
+        read = functools.partial(self._read, start)
+        loaded = isolated_fetches(read, start, loader.draw_seed, process, each_fetch)
         return marked_last(loaded, moving(loader))
 
     def _read(self, start: Position) -> Iterator[Any]:
@@ -188,8 +179,7 @@ class MapSource(ShardSource):
         self.cursor.set_epoch(epoch)
 
     def generator(self) -> torch.Generator | None:
-        synchronized = self.loader.synchronized_generator
-        return synchronized if synchronized is not None else self.cursor.kind.generator
+        return self.loader.synchronized_generator or self.cursor.kind.generator
 
     def seeded(self) -> Any:
         return self.cursor.kind.seeded
@@ -233,36 +223,29 @@ def piped(steps: Batches, graph: NodesGraph, move: Callable[[Any], Any] | None =
     feed = Feed()
     root = graph.build(feed)
     lasts: collections.deque[bool] = collections.deque()
-    pending: Iterator[tuple[Any, bool]] = iter(steps)
 
-    def hand_over() -> bool:
-        step = next(pending, None)
+    def hand_over() -> None:
+        step = next(steps, None)
         if step is None:
-            feed.close()
-            return False
-        feed.put(list(step[0]))
-        lasts.append(step[1])
-        return True
+            feed.close()  # NOTE: again at each later call: the graph gets `StopIteration` either way
+        else:
+            feed.put(list(step[0]))
+            lasts.append(step[1])
 
     try:
-        more = True
         for _ in range(AHEAD + 1):
-            more = more and hand_over()
+            hand_over()
         while lasts:
-            batch = _next_batch(root, graph, len(lasts))
+            try:
+                batch = next(root)
+            except StopIteration:
+                raise RuntimeError(
+                    f"The torchdata.nodes graph `{graph.describe()}` ended with {len(lasts)} steps of its root's "
+                    "items still handed to it: one of its nodes yields fewer batches than it is given steps. "
+                    "Report this with the graph: lightning_shard rebuilds only nodes that yield one batch per step."
+                ) from None
             last = lasts.popleft()
-            more = more and hand_over()
+            hand_over()
             yield (batch if move is None else move(batch)), last
     finally:
         feed.close()
-
-
-def _next_batch(root: Any, graph: NodesGraph, waiting: int) -> Any:
-    try:
-        return next(root)
-    except StopIteration:
-        raise RuntimeError(
-            f"The torchdata.nodes graph `{graph.describe()}` ended with {waiting} steps of its root's items still "
-            "handed to it: one of its nodes yields fewer batches than it is given steps. Report this with the "
-            "graph: lightning_shard rebuilds only nodes that yield one batch per step."
-        ) from None

@@ -6,6 +6,7 @@ epoch, process, step)`` and restored after (``isolated_fetches``; "Random states
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 from collections.abc import Callable, Iterator
@@ -15,28 +16,14 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import TensorDataset, default_collate, default_convert
 
-from lightning_shard.comm.collectives import all_gather_objects, communication_device
+from lightning_shard.comm.collectives import communication_device
 from lightning_shard.comm.tree import map_leaves
+from lightning_shard.loaders.position import Position
 from lightning_shard.sampling.permutation import splitmix64
 from lightning_shard.sampling.stream_fingerprint import DIGEST_BITS, Fingerprint, Fingerprinted
 
 END = object()
 """What ``Share.fetch`` returns once the real pass is over."""
-
-
-def all_ended(count: int, ended_here: bool, step: int) -> bool:
-    """``"same"``: whether the stream ended on all ``count`` processes; raises on all if only some."""
-    world = dist.get_world_size()
-    if 0 < count < world:
-        ended_on = [rank for rank, done in enumerate(all_gather_objects(ended_here)) if done]
-        raise RuntimeError(
-            f"The iterable dataset ran out on processes {ended_on} of {world} after {step} batches, "
-            "but not on the others: it yields different elements on different processes. Every process "
-            "reads the whole stream and keeps its own slice, so make the dataset yield the same stream "
-            "on every process (do not split it by rank yourself), or shard it yourself and use a plain "
-            "`DataLoader` without `prepare_data_loader`."
-        )
-    return count > 0
 
 
 class SameStreamCheck:
@@ -75,9 +62,8 @@ class SameStreamCheck:
         slice of a last, short global batch may be empty), every share not ended out of order."""
         ended, _, total, squares = sums
         world = dist.get_world_size()
-        if ended != (0 if self.in_order else world) or world * squares == total * total:
-            return
-        raise RuntimeError(self._message(step))
+        if ended == (0 if self.in_order else world) and world * squares != total * total:
+            raise RuntimeError(self._message(step))
 
     def _message(self, step: int) -> str:
         name, n = type(self.shard.dataset).__name__, self.shard.num_processes
@@ -118,19 +104,17 @@ class Share:
         self.restart = restart
         self.iterator: Iterator[Any] = first
         self.end: int | None = None
-        self.position = skip
-        """Real batches fetched from the share (those skipped included)."""
         if ended is not None and 0 < ended < skip:
             # NOTE: an end recorded by a state of 0.2 / 0.3: that first pass is already padding.
             self.end = ended
             self.iterator = itertools.islice(first, (skip - ended) % ended, None)
-            return
-        read = sum(1 for _ in itertools.islice(first, skip))
-        if read < skip and read:
-            self.end = read
-            self.iterator = itertools.islice(restart(), (skip - read) % read, None)
-        elif read < skip:
-            self.position = 0  # NOTE: an empty share ends at its first fetch, as in a fresh epoch
+        # NOTE: else the `skip` batches are read again, which finds where a share that ends before them ends
+        # (an empty one ends at its first fetch, as in a fresh epoch).
+        self.position = 0 if self.end is not None else sum(1 for _ in itertools.islice(first, skip))
+        """Real batches fetched from the share (those skipped included)."""
+        if 0 < self.position < skip:
+            self.end = self.position
+            self.iterator = itertools.islice(restart(), (skip - self.position) % self.position, None)
 
     @property
     def exhausted(self) -> bool:
@@ -158,51 +142,36 @@ class Share:
             raise RuntimeError("This process's share of the stream yields nothing, so it cannot be padded.")
         return batch
 
-    def rest(self) -> Iterator[Any]:
-        """What is left of the real pass (nothing once it ended)."""
-        return iter(()) if self.exhausted else self.iterator
-
 
 class Agreement:
-    """One asynchronous all-reduce (a sum over the group) of two integers per fetch, settled before that batch
-    is yielded: how many ranks' shares have ended, and how many of those were empty; with ``digests``, two more:
-    the fetched batch's digest and its square (``SameStreamCheck``)."""
+    """One asynchronous all-reduce (a sum over the group) of the integers a fetch's check sends, settled before
+    that batch is yielded: how many ranks' shares have ended, and how many of those were empty; for a strided
+    stream two more, the fetched batch's digest and its square (``SameStreamCheck``). The epoch's report is
+    summed with it too (``StreamRun``)."""
 
-    def __init__(self, digests: bool = False) -> None:
+    def __init__(self) -> None:
         self._pending: tuple[torch.Tensor, Any] | None = None
-        self._early: tuple[int, ...] | None = None
-        self.digests = digests
+        self._sums: tuple[int, ...] = ()
         self.sent = 0
-        """Bytes this process all-reduced in its checks so far."""
+        """Bytes this process all-reduced so far."""
 
-    def start(self, ended: bool, empty: bool, digest: int = 0) -> None:
-        values = [int(ended), int(empty)] + ([digest, digest * digest] if self.digests else [])
+    def start(self, *values: int) -> None:
+        """Start summing ``values`` over the group."""
         flags = torch.tensor(values, dtype=torch.int64, device=communication_device())
         self.sent += flags.numel() * flags.element_size()
         self._pending = (flags, dist.all_reduce(flags, async_op=True))
 
-    def drain(self) -> None:
-        """Wait for a started check whose answer is no longer needed."""
-        if self._pending is not None:
-            self._pending[1].wait()
-            self._pending = None
-
     def settle(self) -> tuple[int, ...]:
-        """The sums over the group's ranks: ended shares, empty ones (and the digests', with ``digests``)."""
-        if self._early is not None:
-            sums, self._early = self._early, None
-            return sums
-        assert self._pending is not None  # NOTE: each settle follows its start in `StreamRun.batches`.
-        flags, work = self._pending
-        self._pending = None
-        work.wait()
-        return tuple(int(value) for value in flags.tolist())
-
-    def settle_early(self) -> tuple[int, ...]:
-        """``settle`` now, the next ``settle`` returning the same sums (the first two batches are compared
-        before the first is yielded)."""
-        self._early = self.settle()
-        return self._early
+        """The sums of the values started last, waited for once: settled again before the next ``start``, the
+        same sums (the first two batches are compared before the first is yielded; an epoch left early
+        settles the check every process started, so no collective of ours is in flight when the group goes
+        down)."""
+        if self._pending is not None:
+            flags, work = self._pending
+            self._pending = None
+            work.wait()
+            self._sums = tuple(int(value) for value in flags.tolist())
+        return self._sums
 
 
 _MASK = (1 << 63) - 1
@@ -236,19 +205,23 @@ def fetch_seed(seed: int, epoch: int, process_index: int, step: int) -> int:
 
 def isolated_fetches(
     make: Callable[[], Iterator[Any]],
-    key: Callable[[int], int],
-    start: int,
+    start: Position,
+    draw_seed: int,
+    process_index: int,
     each_fetch: bool,
     when: Callable[[int], bool] | None = None,
 ) -> Iterator[Any]:
     """Iterate ``make()``: creating it, and each fetch if ``each_fetch`` (those of the steps ``when`` picks, if
-    given), with torch's CPU generator seeded with ``key(step)`` (steps counted from ``start``) and the caller's
-    state restored after."""
+    given), with torch's CPU generator seeded with ``fetch_seed`` of the epoch ``start`` begins (its
+    ``epoch_seed``, from ``draw_seed`` without a generator state), ``process_index`` and the step (counted from
+    ``start.start``), and the caller's state restored after."""
+    seed = epoch_seed(start.generator_state, draw_seed)
+    key = functools.partial(fetch_seed, seed, start.epoch or 0, process_index)
     source = _seeded(make, key(-1))
     if not each_fetch:
         yield from source
         return
-    for step in itertools.count(start):
+    for step in itertools.count(start.start):
         try:
             batch = _seeded(source.__next__, key(step)) if when is None or when(step) else next(source)
         except StopIteration:

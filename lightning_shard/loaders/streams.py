@@ -8,10 +8,9 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, cast, get_args
 
-import torch
 import torch.distributed as dist
 
-from lightning_shard.comm.collectives import all_gather_objects, communication_device, is_distributed
+from lightning_shard.comm.collectives import all_gather_objects, is_distributed
 from lightning_shard.loaders.position import (
     OWN,
     PAD,
@@ -22,7 +21,7 @@ from lightning_shard.loaders.position import (
     StreamEnds,
     stream_ends_for,
 )
-from lightning_shard.loaders.stream_agreement import END, Agreement, SameStreamCheck, Share, all_ended
+from lightning_shard.loaders.stream_agreement import END, Agreement, SameStreamCheck, Share
 from lightning_shard.log import warn
 
 _QUEUED = 16
@@ -90,8 +89,8 @@ class StreamRun:
         self._paddings: deque[int] = deque(maxlen=_QUEUED)
         self.report: StreamReport | None = None
         """The last finished epoch's report (``None`` under ``"same"``: nothing to report)."""
-        self.exchanged = 0
-        """Bytes this process all-reduced in the current (or last) epoch's agreement (checks, then the report)."""
+        self._agreement: Agreement | None = None
+        """The current (or last) epoch's agreement, where its processes agree on its end."""
 
     @property
     def uneven(self) -> bool:
@@ -102,6 +101,11 @@ class StreamRun:
     def even_batches(self) -> bool:
         """Whether every process takes as many steps with real or padded batches (the state's ``even_batches``)."""
         return self.stream_ends in (SAME, PAD)
+
+    @property
+    def exchanged(self) -> int:
+        """Bytes this process all-reduced in the current (or last) epoch's agreement (checks, then the report)."""
+        return 0 if self._agreement is None else self._agreement.sent
 
     def take_padding(self) -> int:
         """Padding samples in the oldest batch yielded and not yet taken: call it once per consumed batch (a
@@ -140,14 +144,24 @@ class StreamRun:
         share = Share(first, restart, skip, None if recorded is None else recorded - before)
         epoch, steps = start.epoch or 0, start.steps
         self._paddings.clear()
-        self.exchanged = 0
         same = self.stream_ends == SAME
-        agreement = Agreement(digests=check is not None) if self._agrees() else None
+        # NOTE: the ends are agreed where every rank of the group iterates this stream (all of them, or a
+        # whole mesh's ranks).
+        agrees = self.stream_ends != OWN and self.num_processes > 1 and is_distributed() and self.spans_group
+        agreement = self._agreement = Agreement() if agrees else None
         counts = [0, 0]  # real and padding samples this process yielded in this run
+
+        def fetch() -> Any:
+            """The next batch without its mark, its check started: whether this share ended, whether it is
+            empty, and the batch's digest and its square (``SameStreamCheck``)."""
+            batch, digest = (share.fetch(), 0) if check is None else check.unwrap(share.fetch())
+            if agreement is not None:
+                digests = () if check is None else (digest, digest * digest)
+                agreement.start(share.exhausted, _end(share, before) == 0, *digests)
+            return batch
+
         step = steps
-        current, digest = _unwrapped(share.fetch(), check)
-        if agreement is not None:
-            self._check(agreement, share, before, digest)
+        current = fetch()
         while True:
             if agreement is not None:
                 # NOTE: the check of this batch started when it was fetched, one step ago.
@@ -166,11 +180,10 @@ class StreamRun:
                 counts[share.exhausted] += samples
             if move is not None:
                 current = move(current)
-            following, digest = _unwrapped(share.fetch(), check)
-            if agreement is not None:
-                self._check(agreement, share, before, digest)
-                if check is not None and step == steps:
-                    check.verify(agreement.settle_early(), step + 1)
+            following = fetch()
+            if agreement is not None and check is not None and step == steps:
+                # NOTE: settled again at the next step, the same sums.
+                check.verify(agreement.settle(), step + 1)
             step += 1
             try:
                 # NOTE: under "same" a stream that ended here ended on every process (else the next check
@@ -182,58 +195,59 @@ class StreamRun:
                 # group goes down (a pending one can abort the process at exit). Not a context manager: one
                 # per batch costs microseconds.
                 if agreement is not None:
-                    agreement.drain()
+                    agreement.settle()
                 raise
             current = following
         if not same:
-            agreed = agreement is not None
-            left = self._left(share, current, rows) if agreed and self.stream_ends == SHORTEST else None
-            self.report = self._report(agreed, counts, _end(share, before), left, epoch, step - steps)
-
-    def _check(self, agreement: Agreement, share: Share, steps_before: int, digest: int) -> None:
-        """Start the check of the batch just fetched: whether this share ended, whether it is empty, and the
-        batch's digest (``SameStreamCheck``)."""
-        agreement.start(share.exhausted, _end(share, steps_before) == 0, digest)
-        self.exchanged = agreement.sent
-
-    def _agrees(self) -> bool:
-        """Whether every rank of the group iterates this stream (all of them, or a whole mesh's ranks)."""
-        return self.stream_ends != OWN and self.num_processes > 1 and is_distributed() and self.spans_group
+            left = None
+            if agreement is not None and self.stream_ends == SHORTEST:
+                # NOTE: what this process leaves behind by stopping at the shortest stream, read to be counted.
+                left = 0 if share.exhausted else rows(current) + sum(rows(batch) for batch in share.iterator)
+            self.report = self._report(counts, _end(share, before), left, epoch, step - steps)
 
     def _stops(self, sums: tuple[int, ...], step: int, ended_here: bool, empty_here: bool) -> bool:
         """Whether the epoch ends here, from the sums of a check (the same on every process); raises
-        everywhere on an uneven end it cannot take (``empty_here``: this process's share is empty)."""
-        if self.stream_ends == SAME:
-            return all_ended(sums[0], ended_here, step)
-        # NOTE: under a mesh every rank of a data-parallel index reads the same share and sends the same
-        # flags, so each share is counted once per rank of its index.
-        peers = dist.get_world_size() // self.num_processes
-        ended, empty = (total // peers for total in sums[:2])
-        if not ended:
-            return False
-        if self.stream_ends == SHORTEST or ended == self.num_processes:
-            return True
-        if empty:
+        everywhere on an uneven end it cannot take: under ``"same"`` a stream that ran out on some processes
+        only (``ended_here``: on this one), under ``"pad"`` an empty share (``empty_here``: this one's)."""
+        world = dist.get_world_size()
+        if self.stream_ends == SAME and 0 < sums[0] < world:
+            ended_on = [rank for rank, done in enumerate(all_gather_objects(ended_here)) if done]
             raise RuntimeError(
-                f"The shares of processes {_empty_shares(empty_here, self.process_index)} of the "
+                f"The iterable dataset ran out on processes {ended_on} of {world} after {step} batches, "
+                "but not on the others: it yields different elements on different processes. Every process "
+                "reads the whole stream and keeps its own slice, so make the dataset yield the same stream "
+                "on every process (do not split it by rank yourself), or shard it yourself and use a plain "
+                "`DataLoader` without `prepare_data_loader`."
+            )
+        # NOTE: under a mesh every rank of a data-parallel index reads the same share (or stream) and sends
+        # the same flags, so each is counted once per rank of its index.
+        peers = world // self.num_processes
+        ended, empty = (total // peers for total in sums[:2])
+        if empty and ended < self.num_processes and self.stream_ends == PAD:
+            flagged = all_gather_objects(self.process_index if empty_here else None)
+            raise RuntimeError(
+                f"The shares of processes {sorted({index for index in flagged if index is not None})} of the "
                 "stream are empty, so they cannot be padded while the others still have data "
                 "(`even_batches=True`). Give every process at least one non-empty shard, or use "
                 "`even_batches=False` (all stop at the shortest stream)."
             )
-        return False
+        return ended == self.num_processes or (ended > 0 and self.stream_ends == SHORTEST)
 
     def _report(
-        self, agreed: bool, counts: list[int], ended_at: int | None, left: int | None, epoch: int, steps: int
+        self, counts: list[int], ended_at: int | None, left: int | None, epoch: int, steps: int
     ) -> StreamReport:
         """The epoch's report from this process's real and padding samples (``counts``), end and samples ``left``
-        unseen: every process's entries summed once over the group where they ``agreed``, else its own."""
+        unseen: every process's entries summed once over the group where its processes agree, else its own."""
         size, rank = self.num_processes, self.process_index
         values = [0] * (3 * size + 1)
         values[rank], values[size + rank] = counts
         values[2 * size + rank] = 0 if ended_at is None else ended_at + 1
         values[-1] = left or 0
-        if agreed:
-            values = self._summed(values)
+        if self._agreement is not None:
+            self._agreement.start(*values)
+            # NOTE: under a mesh each data-parallel index's entries are written by every rank of that index.
+            peers = dist.get_world_size() // self.num_processes
+            values = [value // peers for value in self._agreement.settle()]
         ends = tuple(None if end == 0 else end - 1 for end in values[2 * size : 3 * size])
         unseen = None if left is None else values[-1]
         if unseen and rank == 0:
@@ -246,33 +260,7 @@ class StreamRun:
             )
         return StreamReport(epoch, steps, tuple(values[:size]), tuple(values[size : 2 * size]), ends, unseen)
 
-    def _summed(self, values: list[int]) -> list[int]:
-        """``values`` summed over the group: one all-reduce, once an epoch."""
-        total = torch.tensor(values, dtype=torch.int64, device=communication_device())
-        self.exchanged += total.numel() * total.element_size()
-        dist.all_reduce(total)
-        # NOTE: under a mesh each data-parallel index's entries are written by every rank of that index.
-        peers = dist.get_world_size() // self.num_processes
-        return [int(value) // peers for value in total.tolist()]
-
-    @staticmethod
-    def _left(share: Share, current: Any, rows: Callable[[Any], int]) -> int:
-        """Samples this process leaves behind by stopping at the shortest stream (read to be counted)."""
-        left = 0 if current is END or share.exhausted else rows(current)
-        return left + sum(rows(batch) for batch in share.rest())
-
-
-def _unwrapped(batch: Any, check: SameStreamCheck | None) -> tuple[Any, int]:
-    """A fetched ``batch`` without the mark of a compared global batch, and the digest it carried (0: none)."""
-    return (batch, 0) if check is None else check.unwrap(batch)
-
 
 def _end(share: Share, steps_before: int) -> int | None:
     """The epoch step at which ``share``'s real pass ended (``None``: not yet)."""
     return None if share.end is None else steps_before + share.end
-
-
-def _empty_shares(empty_here: bool, process_index: int) -> list[int]:
-    """The processes whose shares are empty, gathered from every rank (only on the way to raising)."""
-    flagged = all_gather_objects(process_index if empty_here else None)
-    return sorted({index for index in flagged if index is not None})

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 from collections.abc import Callable, Iterator, Sized
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader
 
 from lightning_shard.comm.tree import batch_length
 from lightning_shard.loaders.position import SHORTEST, Position, ShardingInfo
 from lightning_shard.loaders.source import Batches, ShardSource, moving
-from lightning_shard.loaders.stream_agreement import SameStreamCheck, epoch_seed, fetch_seed, isolated_fetches
+from lightning_shard.loaders.stream_agreement import SameStreamCheck, isolated_fetches
 from lightning_shard.loaders.streams import StreamRun
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
 from lightning_shard.sampling.native_stream import NativeStreamShard
@@ -67,11 +66,7 @@ def rows_of(loader: Any) -> Callable[[Any], int]:
         return len
     library = loader.kind.library
     batched = library is not None and library.yields_batches
-    return batch_length if loader.batch_size is not None or batched else _one
-
-
-def _one(batch: Any) -> int:
-    return 1
+    return batch_length if loader.batch_size is not None or batched else lambda batch: 1
 
 
 class ShareSource(StreamSource):
@@ -105,7 +100,6 @@ class StridedSource(StreamSource):
     def batches(self, start: Position) -> Batches:
         loader, shard = self.loader, self.shard
         workers = loader.num_workers if start.workers is None else start.workers
-        discard = 0
         if start.read_before_resume and workers > 0:
             # NOTE: another number of processes read part of this epoch with workers: replay the epoch's
             # order (`loaders/strided_source.py`); skipping inside each worker would skip the wrong elements.
@@ -114,16 +108,12 @@ class StridedSource(StreamSource):
             # NOTE: each worker iterates its own copy of the stream, so with workers the batches to skip are
             # dropped after the DataLoader interleaves them: exact, at the cost of collating them.
             discard = start.start if workers > 0 else 0
-            loaded = self._draws_alike(
-                functools.partial(self._read, start, start.start - discard), start, workers
-            )
-        check = None
-        if shard.fingerprinted:
-            in_order = getattr(loader, "in_order", True) or workers == 0
-            check = SameStreamCheck(shard, pin=loader.pin_memory, in_order=in_order)
-        batches = itertools.islice(loaded, discard, None) if discard else loaded
+            read = functools.partial(self._read, start, start.start - discard)
+            loaded = itertools.islice(self._draws_alike(read, start, workers), discard, None)
+        pin, in_order = loader.pin_memory, getattr(loader, "in_order", True) or workers == 0
+        check = SameStreamCheck(shard, pin=pin, in_order=in_order) if shard.fingerprinted else None
         restart = functools.partial(loader.user_batches, start.workers)
-        return self.stream.batches(batches, restart, rows_of(loader), start, moving(loader), check)
+        return self.stream.batches(loaded, restart, rows_of(loader), start, moving(loader), check)
 
     def _draws_alike(self, make: Callable[[], Iterator[Any]], start: Position, workers: int) -> Iterator[Any]:
         """``make()``, drawing alike on every process where they compare what they read: the iterator made and
@@ -131,9 +121,7 @@ class StridedSource(StreamSource):
         workers' seeds and the compared batches' draws are the same everywhere (``loaders/stream_agreement.py``)."""
         if not self.shard.fingerprinted:
             return make()
-        seed, epoch = epoch_seed(start.generator_state, self.loader.draw_seed), start.epoch or 0
-        key = functools.partial(fetch_seed, seed, epoch, 0)
-        return isolated_fetches(make, key, start.start, workers == 0, when=checked_step)
+        return isolated_fetches(make, start, self.loader.draw_seed, 0, workers == 0, when=checked_step)
 
     def _read(self, start: Position, skip_steps: int) -> Iterator[Any]:
         """The user's batches from ``start``, the shard skipping ``skip_steps`` global batches after the elements
@@ -148,8 +136,7 @@ class StridedSource(StreamSource):
         elements = shard.length_after(base, shard.num_processes - 1 if shortest else None)
         if batch_size is None:
             return elements
-        rounded = math.floor if self.loader.drop_last else math.ceil
-        return int(rounded(elements / batch_size))
+        return elements // batch_size if self.loader.drop_last else -(-elements // batch_size)
 
     def sharding(self) -> ShardingInfo:
         return self.stream_sharding(self.shard.drop_last)
@@ -163,37 +150,25 @@ class StridedSource(StreamSource):
         already took ``start.start`` steps."""
         shard, loader, steps = self.shard, self.loader, start.steps_before_resume
         shard.seed_dataset_generator()
-        order = ReplayedOrder(
-            shard.dataset,
-            steps,
-            batch_size=start.read_before_resume // steps,
-            drop_last=shard.drop_last,
-            num_workers=workers,
-            **{name: getattr(loader, name) for name in _WORKER_SETTINGS},
-        )
-        rest = shard.over(order)
+        # NOTE: the epoch's global batch read by its workers, as the user's settings say they read.
+        settings = {name: getattr(loader, name) for name in _WORKER_SETTINGS}
+        settings.update(batch_size=start.read_before_resume // steps, drop_last=shard.drop_last)
+        rest = shard.over(_replay(shard.dataset, steps, num_workers=workers, **settings))
         rest.resume(skip_steps=start.start)
         # NOTE: read in this process, batched, collated and pinned as the loader does.
-        kept = {
-            name: getattr(loader, name) for name in ("batch_size", "drop_last", "collate_fn", "pin_memory")
-        }
-        return iter(DataLoader(rest, **kept))
+        return iter(DataLoader(rest, **{name: getattr(loader, name) for name in _BATCHING}))
 
 
 _WORKER_SETTINGS = ("worker_init_fn", "multiprocessing_context", "prefetch_factor", "timeout")
 """The user's ``DataLoader`` settings that decide how the workers read; everything else is ours."""
+_BATCHING = ("batch_size", "drop_last", "collate_fn", "pin_memory")
+"""The loader's settings a replay's batches are made with in this process."""
 
 
-class ReplayedOrder(IterableDataset):
+def _replay(dataset: Any, skip_groups: int, **settings: Any) -> Iterator[Any]:
     """The elements of ``dataset`` in the order a ``DataLoader`` of ``settings`` (the epoch's workers, its
-    global batch as ``batch_size``) delivered them, after the first ``skip_groups`` global batches."""
-
-    def __init__(self, dataset: Any, skip_groups: int, **settings: Any) -> None:
-        self.dataset = dataset
-        self.skip_groups = skip_groups
-        self.settings = settings
-
-    def __iter__(self) -> Iterator[Any]:
-        groups = DataLoader(self.dataset, collate_fn=list, **self.settings)
-        for group in itertools.islice(groups, self.skip_groups, None):
-            yield from group
+    global batch as ``batch_size``) delivered them, after the first ``skip_groups`` global batches (that
+    ``DataLoader`` made, and its workers started, at the first element asked for)."""
+    groups = DataLoader(dataset, collate_fn=list, **settings)
+    for group in itertools.islice(groups, skip_groups, None):
+        yield from group
