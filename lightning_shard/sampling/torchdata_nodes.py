@@ -140,9 +140,8 @@ class RootStream(IterableDataset[Any]):
 def root_loader(graph: NodesGraph) -> DataLoader:
     """The ``DataLoader`` of ``graph``'s root items, a step's items a batch (a list): what is sharded, as a user's
     ``DataLoader`` would be (batches of the ``Batcher``'s size and ``drop_last``; one item a step without one).
-
-    Raises:
-        ValueError: for a root that splits itself (``MultiNodeWeightedSampler``), which is passed through.
+    A ``SamplerWrapper``'s or an ``IterableWrapper``'s: a ``MultiNodeWeightedSampler`` root splits itself, and
+    ``classify_iterable`` leaves it as it is, so it never comes here.
     """
     batcher = next((node for node in graph.nodes if _own_name(node) == "Batcher"), None)
     batch_size = 1 if batcher is None else int(batcher.batch_size)
@@ -152,12 +151,6 @@ def root_loader(graph: NodesGraph) -> DataLoader:
         return DataLoader(
             RootKeys(sampler), batch_sampler=BatchSampler(sampler, batch_size, drop_last), collate_fn=list
         )
-    if graph.root_kind == "stream":
-        iterable = graph.root.iterable
-        dataset = iterable if isinstance(iterable, IterableDataset) else RootStream(iterable)
-        return DataLoader(dataset, batch_size=batch_size, drop_last=drop_last, collate_fn=list)
-    raise ValueError(
-        f"`{graph.describe()}` is rooted in a `MultiNodeWeightedSampler`, which splits itself by the `rank` and "
-        "`world_size` it is given, so it cannot be sharded again. Use it as it is (the `Shard*` strategies pass "
-        "it through, checking it was built for the job's rank), or root the graph in a `SamplerWrapper`."
-    )
+    iterable = graph.root.iterable
+    dataset = iterable if isinstance(iterable, IterableDataset) else RootStream(iterable)
+    return DataLoader(dataset, batch_size=batch_size, drop_last=drop_last, collate_fn=list)
