@@ -52,8 +52,7 @@ class SeedableRandomSampler(RandomSampler):
         self.epoch: int = 0
         # NOTE: a private generator's state after an epoch is unobservable.
         self.owns_generator = generator is None
-        if self.generator is None:
-            self.generator = torch.Generator()
+        self.generator = torch.Generator() if generator is None else generator
 
     def reseed(self) -> torch.Generator:
         """Seed the generator for the current epoch and return it."""
