@@ -119,17 +119,15 @@ def _shown(value: Any) -> str:
     return repr(value)
 
 
+@dataclass(eq=False, slots=True)
 class Fingerprinted:
     """The first element a shard yields of a compared global batch, carrying that batch's fingerprint: it
     travels as an element, ``CollateFingerprinted`` carries it on the batch, and the loader unwraps it (and
     pins, with ``pin_memory=True``: the ``DataLoader``'s pinning leaves an object it does not know as it is).
     """
 
-    __slots__ = ("value", "fingerprint")
-
-    def __init__(self, value: Any, fingerprint: Fingerprint) -> None:
-        self.value = value
-        self.fingerprint = fingerprint
+    value: Any
+    fingerprint: Fingerprint
 
 
 class CollateFingerprinted:
