@@ -51,15 +51,12 @@ class OwnDraws(OwnOrder):
         # calls `iter()` on the index sampler twice and drops the first iterator unstarted.
         if self.initial_seed is not None:
             self.generator.manual_seed(self.initial_seed + self.epoch)
-        if not self.global_draws:
-            yield from self.batch_sampler
-            return
-        seed = int(torch.randint(1 << 62, (), generator=self.generator))
-        yield from _isolated(self.batch_sampler, seed)
+        yield from _isolated(self.batch_sampler, self.generator) if self.global_draws else self.batch_sampler
 
 
-def _isolated(batch_sampler: Any, seed: int) -> Iterator[Any]:
-    """Iterate ``batch_sampler`` with the global generators set to a stream seeded with ``seed``."""
+def _isolated(batch_sampler: Any, generator: torch.Generator) -> Iterator[Any]:
+    """Iterate ``batch_sampler`` with the global generators set to a stream seeded with a draw from ``generator``."""
+    seed = int(torch.randint(1 << 62, (), generator=generator))
     own_torch = torch.Generator().manual_seed(seed).get_state()
     own_python = random.Random(seed).getstate()
     source: Iterator[Any] | None = None
