@@ -221,11 +221,9 @@ class SeekableBatchSampler(Protocol):
     def iter_from(self, start: int, *, consumed: int = 0) -> Iterator[list[int]]:
         """This process's batches from its batch ``start`` on, once ``consumed`` batches of the wrapped
         (unsharded) batch sampler are gone."""
-        ...
 
     def length_after(self, consumed: int) -> int:
         """How many batches this process yields once ``consumed`` batches of the wrapped sampler are gone."""
-        ...
 
 
 def dataset_generator(dataset: Any) -> torch.Generator | None:
