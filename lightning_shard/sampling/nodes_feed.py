@@ -66,10 +66,7 @@ class FeedBatcher(BaseNode[list[Any]]):
     def next(self) -> list[Any]:
         # NOTE: the first item first: once it arrived, its step's size was handed over before it.
         batch = [next(self.source)]
-        size = self.feed.step_size()
-        while len(batch) < size:
-            batch.append(next(self.source))
-        return batch
+        return batch + [next(self.source) for _ in range(self.feed.step_size() - 1)]
 
     def get_state(self) -> dict[str, Any]:
         return {"source": self.source.state_dict()}
