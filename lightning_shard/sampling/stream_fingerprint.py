@@ -55,7 +55,7 @@ def fingerprint(elements: Iterable[Any]) -> Fingerprint:
     for identity in identities:
         _feed(digest, identity)
         digest.update(b"\x00")
-    shown = tuple(_short(identity) for identity in identities[:_SHOWN])
+    shown = tuple(text if len(text) <= 60 else text[:57] + "..." for text in map(_shown, identities[:_SHOWN]))
     value = int.from_bytes(digest.digest(), "little") % ((1 << DIGEST_BITS) - 1) + 1
     return Fingerprint(value, by_content, shown)
 
@@ -102,13 +102,9 @@ def _feed(digest: Any, value: Any) -> None:
 _PLAIN = frozenset((int, str, float, bool, bytes, type(None)))
 
 
-def _short(value: Any) -> str:
-    """``value`` as a refusal shows it: the identifying keys as written, contents abbreviated."""
-    text = _shown(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _shown(value: Any) -> str:
+    """``value`` as a refusal shows it (``fingerprint`` cuts it at 60 characters): the identifying keys as
+    written, contents abbreviated."""
     if isinstance(value, torch.Tensor):
         head = value.detach().flatten()[:4].tolist()
         return f"tensor({head if value.numel() > 4 else value.tolist()}{'...' if value.numel() > 4 else ''})"
