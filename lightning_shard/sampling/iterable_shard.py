@@ -95,8 +95,7 @@ class IterableDatasetShard(IterableDataset):
 
     def length_after(self, consumed: int, process_index: int | None = None) -> int:
         """Elements this process (or process ``process_index``) yields once ``consumed`` elements are gone."""
-        length = max(len(self.dataset) - consumed, 0)
-        full, rest = divmod(length, self.global_batch_size)
+        full, rest = divmod(max(len(self.dataset) - consumed, 0), self.global_batch_size)
         if self.drop_last or rest == 0:
             return full * self.process_batch_size
         if self.even_batches:
