@@ -263,9 +263,6 @@ def marked_last(
 _END = object()
 
 
-def _repeat_to(items: list[Any], minimum: int) -> list[Any]:
-    """``items`` doubled until it holds at least ``minimum`` entries."""
-    pool = list(items)
-    while len(pool) < minimum:
-        pool += pool
-    return pool
+def _repeat_to(items: list[Any], length: int) -> list[Any]:
+    """``items`` repeated over and over, cut at ``length`` entries (what padding takes from)."""
+    return list(itertools.islice(itertools.cycle(items), length))

@@ -10,19 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import SequentialSampler
 
 from lightning_shard.sampling.balance import EvenBatches, chunk, is_balanced, tail_steps
 from lightning_shard.sampling.own_sampler import own_generator
-from lightning_shard.sampling.samplers import (
-    _CHUNK_POSITIONS,
-    SamplerKind,
-    ScalableRandomSampler,
-    SeedableRandomSampler,
-)
+from lightning_shard.sampling.samplers import _CHUNK_POSITIONS, ScalableRandomSampler, SeedableRandomSampler
+
+if TYPE_CHECKING:
+    from lightning_shard.sampling.samplers import SamplerKind
 
 Order = Callable[[torch.Tensor], torch.Tensor]
 """An epoch's order, evaluated at positions (``int64``): a tensor's indexing, a ``KeyedPermutation``'s ``at``, or

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -94,8 +95,7 @@ class IterableDatasetShard(IterableDataset):
 
     def length_after(self, consumed: int, process_index: int | None = None) -> int:
         """Elements this process (or process ``process_index``) yields once ``consumed`` elements are gone."""
-        length = max(len(self.dataset) - consumed, 0)
-        full, rest = divmod(length, self.global_batch_size)
+        full, rest = divmod(max(len(self.dataset) - consumed, 0), self.global_batch_size)
         if self.drop_last or rest == 0:
             return full * self.process_batch_size
         if self.even_batches:
@@ -137,28 +137,23 @@ class IterableDatasetShard(IterableDataset):
 
     def _elements(self, skip_steps: int, skip_elements: int) -> Iterator[Any]:
         self.seed_dataset_generator()
-        mark = self.fingerprinted
         width, size = self.process_batch_size, self.global_batch_size
         lo, hi = self.process_index * width, (self.process_index + 1) * width
         stream = iter(self.dataset)
         first = _read_head(stream, skip_elements, size)
-        current: list[Any] = []
         step = 0
-        for element in stream:
-            current.append(element)
-            if len(current) == size:
-                first = first if first is not None else current
-                if step >= skip_steps:
-                    yield from _part(current, lo, hi, mark and checked_step(step))
-                step += 1
-                current = []
+        while len(current := list(itertools.islice(stream, size))) == size:
+            first = first if first is not None else current
+            if step >= skip_steps:
+                yield from _part(current, lo, hi, self.fingerprinted and checked_step(step))
+            step += 1
         if self.drop_last or not current or step < skip_steps:
             return
         head = first if first is not None else list(current)
         if self.even_batches:
             while len(current) < size:
                 current += head
-        yield from _part(current, lo, hi, mark and checked_step(step))
+        yield from _part(current, lo, hi, self.fingerprinted and checked_step(step))
 
 
 def _part(read: list[Any], lo: int, hi: int, marked: bool) -> list[Any]:
@@ -170,7 +165,6 @@ def _part(read: list[Any], lo: int, hi: int, marked: bool) -> list[Any]:
 
 def _read_head(stream: Iterator[Any], count: int, size: int) -> list[Any] | None:
     """Drop ``count`` elements of ``stream``; return the first ``size`` of them if there were that many."""
-    head = [element for _, element in zip(range(min(count, size)), stream, strict=False)]
-    for _ in zip(range(count - len(head)), stream, strict=False):
-        pass
+    head = list(itertools.islice(stream, min(count, size)))
+    next(itertools.islice(stream, count - len(head), count - len(head)), None)
     return head if len(head) == size else None

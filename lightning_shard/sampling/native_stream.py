@@ -44,7 +44,6 @@ class ShardableStream(Protocol):
     @property
     def n_shards(self) -> int:
         """How many pieces the stream is made of: at most this many processes (times workers) can share it."""
-        ...
 
     def shard(self, num_shards: int, index: int) -> Any:
         """The ``index``-th of ``num_shards`` disjoint groups of whole pieces, itself a ``ShardableStream``.
@@ -53,7 +52,6 @@ class ShardableStream(Protocol):
             num_shards: how many groups to split the stream into (at most ``n_shards``).
             index: which group, from 0 to ``num_shards - 1``.
         """
-        ...
 
 
 class StreamShardingWarning(UserWarning):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -21,23 +22,22 @@ from lightning_shard.sampling.samplers import (
 )
 
 
+@dataclass(eq=False)
 class OwnDraws(OwnOrder):
     """``batch_sampler`` with its random draws taken from a stream of its own, seeded at each ``iter()``
-    from ``generator`` (the loader's), re-seeded first with ``data_seed + epoch`` when ``data_seed`` is given.
+    from ``generator`` (the loader's), re-seeded first with ``initial_seed + epoch`` when ``initial_seed`` (the
+    ``data_seed``) is given.
 
     With ``global_draws`` every step of the wrapped iterator runs with torch's CPU and Python's global
     generators set to that stream and restored after, so the sampler's draws and the model's never
-    interleave. ``data_seed`` is kept as ``initial_seed``, which the loader saves (a seedable sampler's too).
+    interleave. The loader saves ``initial_seed`` (a seedable sampler's too).
     """
 
-    def __init__(
-        self, batch_sampler: Any, generator: torch.Generator, data_seed: int | None, global_draws: bool
-    ) -> None:
-        self.batch_sampler = batch_sampler
-        self.generator = generator
-        self.initial_seed = data_seed
-        self.global_draws = global_draws
-        self.epoch = 0
+    batch_sampler: Any
+    generator: torch.Generator
+    initial_seed: int | None
+    global_draws: bool
+    epoch: int = 0
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
@@ -51,15 +51,12 @@ class OwnDraws(OwnOrder):
         # calls `iter()` on the index sampler twice and drops the first iterator unstarted.
         if self.initial_seed is not None:
             self.generator.manual_seed(self.initial_seed + self.epoch)
-        if not self.global_draws:
-            yield from self.batch_sampler
-            return
-        seed = int(torch.randint(1 << 62, (), generator=self.generator))
-        yield from _isolated(self.batch_sampler, seed)
+        yield from _isolated(self.batch_sampler, self.generator) if self.global_draws else self.batch_sampler
 
 
-def _isolated(batch_sampler: Any, seed: int) -> Iterator[Any]:
-    """Iterate ``batch_sampler`` with the global generators set to a stream seeded with ``seed``."""
+def _isolated(batch_sampler: Any, generator: torch.Generator) -> Iterator[Any]:
+    """Iterate ``batch_sampler`` with the global generators set to a stream seeded with a draw from ``generator``."""
+    seed = int(torch.randint(1 << 62, (), generator=generator))
     own_torch = torch.Generator().manual_seed(seed).get_state()
     own_python = random.Random(seed).getstate()
     source: Iterator[Any] | None = None

@@ -15,6 +15,8 @@ _ROUNDS = 8
 _SMALL = 1 << 16
 _MASK32 = (1 << 32) - 1
 _MASK64 = (1 << 64) - 1
+_GAMMA = 0x9E3779B97F4A7C15
+"""SplitMix64's increment of its state (the golden ratio in 64 bits)."""
 _MULTIPLIER = 0x45D9F3B
 """The multiplier of a well-mixing 32-bit integer hash (two multiply-xorshift steps)."""
 
@@ -68,12 +70,9 @@ def _mix(values: torch.Tensor, key: int) -> torch.Tensor:
 
 def _round_keys(seed: int, epoch: int) -> list[int]:
     """``_ROUNDS`` 32-bit keys from ``(seed, epoch)``, by SplitMix64 (any two keys give unrelated rounds)."""
-    state = (seed * 0x9E3779B97F4A7C15 + epoch) & _MASK64
-    keys = []
-    for _ in range(_ROUNDS):
-        state = (state + 0x9E3779B97F4A7C15) & _MASK64
-        keys.append(splitmix64(state) & _MASK32)
-    return keys
+    # NOTE: SplitMix64's state advances by its gamma at each key: key `k` mixes the state `k + 1` steps on.
+    state = seed * _GAMMA + epoch
+    return [splitmix64((state + (k + 1) * _GAMMA) & _MASK64) & _MASK32 for k in range(_ROUNDS)]
 
 
 def splitmix64(state: int) -> int:

@@ -52,8 +52,7 @@ class SeedableRandomSampler(RandomSampler):
         self.epoch: int = 0
         # NOTE: a private generator's state after an epoch is unobservable.
         self.owns_generator = generator is None
-        if self.generator is None:
-            self.generator = torch.Generator()
+        self.generator = torch.Generator() if generator is None else generator
 
     def reseed(self) -> torch.Generator:
         """Seed the generator for the current epoch and return it."""
@@ -222,11 +221,9 @@ class SeekableBatchSampler(Protocol):
     def iter_from(self, start: int, *, consumed: int = 0) -> Iterator[list[int]]:
         """This process's batches from its batch ``start`` on, once ``consumed`` batches of the wrapped
         (unsharded) batch sampler are gone."""
-        ...
 
     def length_after(self, consumed: int) -> int:
         """How many batches this process yields once ``consumed`` batches of the wrapped sampler are gone."""
-        ...
 
 
 def dataset_generator(dataset: Any) -> torch.Generator | None:

@@ -55,7 +55,7 @@ def fingerprint(elements: Iterable[Any]) -> Fingerprint:
     for identity in identities:
         _feed(digest, identity)
         digest.update(b"\x00")
-    shown = tuple(_short(identity) for identity in identities[:_SHOWN])
+    shown = tuple(text if len(text) <= 60 else text[:57] + "..." for text in map(_shown, identities[:_SHOWN]))
     value = int.from_bytes(digest.digest(), "little") % ((1 << DIGEST_BITS) - 1) + 1
     return Fingerprint(value, by_content, shown)
 
@@ -102,13 +102,9 @@ def _feed(digest: Any, value: Any) -> None:
 _PLAIN = frozenset((int, str, float, bool, bytes, type(None)))
 
 
-def _short(value: Any) -> str:
-    """``value`` as a refusal shows it: the identifying keys as written, contents abbreviated."""
-    text = _shown(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _shown(value: Any) -> str:
+    """``value`` as a refusal shows it (``fingerprint`` cuts it at 60 characters): the identifying keys as
+    written, contents abbreviated."""
     if isinstance(value, torch.Tensor):
         head = value.detach().flatten()[:4].tolist()
         return f"tensor({head if value.numel() > 4 else value.tolist()}{'...' if value.numel() > 4 else ''})"
@@ -119,17 +115,15 @@ def _shown(value: Any) -> str:
     return repr(value)
 
 
+@dataclass(eq=False, slots=True)
 class Fingerprinted:
     """The first element a shard yields of a compared global batch, carrying that batch's fingerprint: it
     travels as an element, ``CollateFingerprinted`` carries it on the batch, and the loader unwraps it (and
     pins, with ``pin_memory=True``: the ``DataLoader``'s pinning leaves an object it does not know as it is).
     """
 
-    __slots__ = ("value", "fingerprint")
-
-    def __init__(self, value: Any, fingerprint: Fingerprint) -> None:
-        self.value = value
-        self.fingerprint = fingerprint
+    value: Any
+    fingerprint: Fingerprint
 
 
 class CollateFingerprinted:

@@ -93,7 +93,16 @@ def read_graph(top: Any) -> NodesGraph:
         if name in ROOTS:
             return NodesGraph(top, tuple(nodes), node, ROOTS[name])
         if name not in PASSING:
-            raise TypeError(_unknown(type(top).__name__, node, nodes))
+            where = " -> ".join(type(seen).__name__ for seen in [*nodes, node])
+            raise TypeError(
+                f"The torchdata.nodes graph of this `{type(top).__name__}` reaches a `{type(node).__name__}` ({where}), "
+                "which lightning_shard does not know: it shards a graph through its root (a `SamplerWrapper` or "
+                "`IterableWrapper`; a `MultiNodeWeightedSampler` given `rank` and `world_size` is passed through) and "
+                f"rebuilds the nodes above it, which it can only do for nodes whose handling of items it knows "
+                f"({', '.join(f'`{known}`' for known in PASSING)}; `Mapper` is a `ParallelMapper`). Build the graph from "
+                "those, return a `DataLoader`, or, if the graph splits itself by rank (or is meant to be read whole "
+                "by every process), declare `splits_by_rank = True` (or `False`) on it to have it left as it is."
+            )
         if name == "Batcher" and any(_own_name(seen) == "Batcher" for seen in nodes):
             raise ValueError(
                 f"The torchdata.nodes graph of this `{type(top).__name__}` has two `Batcher`s: lightning_shard "
@@ -101,27 +110,8 @@ def read_graph(top: Any) -> NodesGraph:
                 "once (one `Batcher`), or declare `splits_by_rank = True` on it to have it left as it is."
             )
         nodes.append(node)
-        node = _source_of(node)
-
-
-def _source_of(node: Any) -> Any:
-    """The node ``node`` reads from (a ``ParallelMapper`` with ``prebatch`` reads through a ``Batcher`` it made)."""
-    if _own_name(node) == "ParallelMapper" and node.prebatch is not None:
-        return node.source.source
-    return node.source
-
-
-def _unknown(top: str, node: Any, above: list[Any]) -> str:
-    where = " -> ".join(type(seen).__name__ for seen in [*above, node])
-    return (
-        f"The torchdata.nodes graph of this `{top}` reaches a `{type(node).__name__}` ({where}), which "
-        "lightning_shard does not know: it shards a graph through its root (a `SamplerWrapper` or "
-        "`IterableWrapper`; a `MultiNodeWeightedSampler` given `rank` and `world_size` is passed through) and "
-        f"rebuilds the nodes above it, which it can only do for nodes whose handling of items it knows "
-        f"({', '.join(f'`{name}`' for name in PASSING)}; `Mapper` is a `ParallelMapper`). Build the graph from "
-        "those, return a `DataLoader`, or, if the graph splits itself by rank (or is meant to be read whole "
-        "by every process), declare `splits_by_rank = True` (or `False`) on it to have it left as it is."
-    )
+        # NOTE: a `ParallelMapper` with `prebatch` reads through a `Batcher` it made.
+        node = node.source.source if name == "ParallelMapper" and node.prebatch is not None else node.source
 
 
 class RootKeys(Dataset[Any]):
@@ -132,9 +122,6 @@ class RootKeys(Dataset[Any]):
 
     def __getitem__(self, key: Any) -> Any:
         return key
-
-    def __getitems__(self, keys: list[Any]) -> list[Any]:
-        return list(keys)
 
     def __len__(self) -> int:
         return len(self.sampler)
@@ -153,9 +140,8 @@ class RootStream(IterableDataset[Any]):
 def root_loader(graph: NodesGraph) -> DataLoader:
     """The ``DataLoader`` of ``graph``'s root items, a step's items a batch (a list): what is sharded, as a user's
     ``DataLoader`` would be (batches of the ``Batcher``'s size and ``drop_last``; one item a step without one).
-
-    Raises:
-        ValueError: for a root that splits itself (``MultiNodeWeightedSampler``), which is passed through.
+    A ``SamplerWrapper``'s or an ``IterableWrapper``'s: a ``MultiNodeWeightedSampler`` root splits itself, and
+    ``classify_iterable`` leaves it as it is, so it never comes here.
     """
     batcher = next((node for node in graph.nodes if _own_name(node) == "Batcher"), None)
     batch_size = 1 if batcher is None else int(batcher.batch_size)
@@ -165,12 +151,6 @@ def root_loader(graph: NodesGraph) -> DataLoader:
         return DataLoader(
             RootKeys(sampler), batch_sampler=BatchSampler(sampler, batch_size, drop_last), collate_fn=list
         )
-    if graph.root_kind == "stream":
-        iterable = graph.root.iterable
-        dataset = iterable if isinstance(iterable, IterableDataset) else RootStream(iterable)
-        return DataLoader(dataset, batch_size=batch_size, drop_last=drop_last, collate_fn=list)
-    raise ValueError(
-        f"`{graph.describe()}` is rooted in a `MultiNodeWeightedSampler`, which splits itself by the `rank` and "
-        "`world_size` it is given, so it cannot be sharded again. Use it as it is (the `Shard*` strategies pass "
-        "it through, checking it was built for the job's rank), or root the graph in a `SamplerWrapper`."
-    )
+    iterable = graph.root.iterable
+    dataset = iterable if isinstance(iterable, IterableDataset) else RootStream(iterable)
+    return DataLoader(dataset, batch_size=batch_size, drop_last=drop_last, collate_fn=list)
