@@ -21,7 +21,6 @@ from lightning_shard.comm.tree import send_to_device
 from lightning_shard.loaders.position import Position, ShardingInfo
 from lightning_shard.loaders.stream_agreement import fetches_may_draw, isolated_fetches
 from lightning_shard.sampling.batch_shard import marked_last
-from lightning_shard.sampling.nodes_feed import Feed
 from lightning_shard.sampling.samplers import BatchSamplerWrapper, forward_epoch, pass_epoch
 from lightning_shard.sampling.torchdata_nodes import NodesGraph
 
@@ -220,6 +219,9 @@ def piped(steps: Batches, graph: NodesGraph, move: Callable[[Any], Any] | None =
     NOTE: every step is read here, in the loader's thread, and handed over: what reads the steps (a sampler's
     draws, a stream's collectives) must never run in the graph's threads, whose timing differs by process.
     """
+    # NOTE: imported here: torchdata.nodes exists from torchdata 0.10, the package supports 0.8 on.
+    from lightning_shard.sampling.nodes_feed import Feed
+
     feed = Feed()
     root = graph.build(feed)
     lasts: collections.deque[bool] = collections.deque()

@@ -304,3 +304,13 @@ def test_an_inspection_is_found() -> None:
             "isinstance(..., DataLoaderDispatcher)",
         ]
     )
+
+
+def test_the_package_imports_where_torchdata_has_no_nodes() -> None:
+    """torchdata.nodes exists from torchdata 0.10; the package supports 0.8 on (``make test-oldest``), so only
+    the code that reads a graph imports it. Here its absence is simulated in a fresh interpreter."""
+    code = (
+        "import sys; sys.modules['torchdata.nodes'] = None\n"
+        "import lightning_shard, lightning_shard.lightning, lightning_shard.loaders.source\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=Path(__file__).parents[2])
