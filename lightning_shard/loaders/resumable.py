@@ -7,8 +7,6 @@ from collections.abc import Generator, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-import torch.distributed as dist
-
 from lightning_shard._checks import check_non_negative
 from lightning_shard.comm.collectives import is_distributed, world_size
 from lightning_shard.loaders.position import Position, Progress, ResumeHook, ShardingInfo
@@ -213,16 +211,16 @@ def _stream_epoch_workers(saved: LoaderState, info: ShardingInfo, num_workers: i
     epoch, steps, saved_workers = saved.position.epoch, saved.position.steps, saved.position.workers
     if not info.streamed or steps == 0 or saved_workers == num_workers:
         return None
-    if not is_distributed() or dist.get_rank() == 0:
-        warn(
-            f"lightning_shard: the stream state was saved in epoch {epoch} at step {steps} with "
-            f"`num_workers={saved_workers}`; this loader has `num_workers={num_workers}`. The rest of epoch "
-            f"{epoch} is read with {saved_workers} workers (a stream's batches and their order depend on "
-            f"the number of workers, so only that count continues the epoch exactly); `num_workers={num_workers}` "
-            "applies from the next epoch.",
-            WorkerCountWarning,
-            stacklevel=4,
-        )
+    # NOTE: `warn` speaks from rank 0 only.
+    warn(
+        f"lightning_shard: the stream state was saved in epoch {epoch} at step {steps} with "
+        f"`num_workers={saved_workers}`; this loader has `num_workers={num_workers}`. The rest of epoch "
+        f"{epoch} is read with {saved_workers} workers (a stream's batches and their order depend on "
+        f"the number of workers, so only that count continues the epoch exactly); `num_workers={num_workers}` "
+        "applies from the next epoch.",
+        WorkerCountWarning,
+        stacklevel=4,
+    )
     return saved_workers
 
 
