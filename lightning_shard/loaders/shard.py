@@ -10,7 +10,6 @@ import dataclasses
 from typing import Any, cast
 
 import torch
-import torch.distributed as dist
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler, default_collate, default_convert
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -236,18 +235,11 @@ def _source(loader: DataLoaderShard) -> ShardSource:
         return MapSource(loader, cast(EpochCursor, loader.cursor))
     if kind.source in ("map", "plain"):
         return PlainSource(loader)
-    spans = _covers_group(dataset.num_processes, loader.topology)
+    # NOTE: whether every rank of the default group iterates a loader of this topology.
+    topology = loader.topology or Topology(dataset.num_processes, dataset.process_index)
+    spans = is_distributed() and topology.covers_world()
     stream = StreamRun(kind, dataset.num_processes, dataset.process_index, spans_group=spans)
     return (ShareSource if kind.source == "shares" else StridedSource)(loader, dataset, stream)
-
-
-def _covers_group(num_processes: int, topology: Topology | None) -> bool:
-    """Whether every rank of the default group iterates a loader of this topology."""
-    if not is_distributed():
-        return False
-    if topology is None:
-        return dist.get_world_size() == num_processes
-    return topology.covers_world()
 
 
 def _with_cursor(
