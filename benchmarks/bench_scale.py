@@ -85,8 +85,6 @@ _PATCHED = (
     "lightning_shard.comm.collectives",
     "lightning_shard.comm.gather",
     "lightning_shard.comm.topology",
-    "lightning_shard.loaders.resumable",
-    "lightning_shard.loaders.shard",
     "lightning_shard.loaders.streams",
     "lightning_shard.loaders.stream_agreement",
 )
