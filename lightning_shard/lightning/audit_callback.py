@@ -71,19 +71,15 @@ class EpochAudit:
     def summary(self) -> str:
         """The line rank 0 logs: the counts, then OK or the problems with example indices."""
         heading = f"shard audit, epoch {self.epoch}"
+        missing = "not checked: the epoch stopped before its end"
+        if self.complete:
+            missing = f"{self.report.allowed_missing} allowed"
+            if self.resumed_after and not self.recorded_before:
+                missing += f", {self.resumed_after} consumed before the resume"
         note = (
             f", {self.recorded_before} of the records from before the resume" if self.recorded_before else ""
         )
-        return summary_line(
-            self.report, heading, self._missing_allowed(), check_missing=self.complete, note=note
-        )
-
-    def _missing_allowed(self) -> str:
-        if not self.complete:
-            return "not checked: the epoch stopped before its end"
-        allowed = f"{self.report.allowed_missing} allowed"
-        unrecorded = self.resumed_after and not self.recorded_before
-        return f"{allowed}, {self.resumed_after} consumed before the resume" if unrecorded else allowed
+        return summary_line(self.report, heading, missing, check_missing=self.complete, note=note)
 
     def raise_on_problem(self) -> None:
         """Raise ``RuntimeError`` with the summary and the usual causes, unless the epoch is OK."""
