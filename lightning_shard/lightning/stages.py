@@ -127,10 +127,8 @@ def uneven_steps(loader: DataLoader, options: ShardOptions, topology: Topology) 
 
 def flatten_loaders(loaders: Any) -> list[Any]:
     """The loaders in ``trainer.*_dataloaders`` (one, or a list / tuple / dict of them), in order."""
-    if loaders is None:
-        return []
     if isinstance(loaders, dict):
-        return [leaf for value in loaders.values() for leaf in flatten_loaders(value)]
+        loaders = list(loaders.values())
     if isinstance(loaders, (list, tuple)):
         return [leaf for value in loaders for leaf in flatten_loaders(value)]
-    return [loaders]
+    return [] if loaders is None else [loaders]
