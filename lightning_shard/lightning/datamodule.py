@@ -118,7 +118,6 @@ class ShardDataModule(pl.LightningDataModule):
         return stage_defaults(ShardOptions(), "train").replace(**self.shard_options("train"))
 
     def _sharded_train_length(self) -> int:
-        topology = self._topology()
         loader = self.train_dataloader()
         if not is_data_loader(loader):
             raise ValueError(
@@ -130,7 +129,7 @@ class ShardDataModule(pl.LightningDataModule):
         else:
             # NOTE: preparing a loader may draw a seed from the global RNG; keep the user's stream as it is.
             with torch.random.fork_rng(devices=[]):
-                length = sized_len(prepare_with_options(loader, self._train_options(), topology))
+                length = sized_len(prepare_with_options(loader, self._train_options(), self._topology()))
         if length is None:
             raise ValueError(
                 "`steps_per_epoch` needs a training dataset with a length; this one is an iterable without "
@@ -150,12 +149,10 @@ class ShardDataModule(pl.LightningDataModule):
         return not sampler_injection_enabled(self.trainer)
 
     def _topology(self) -> Topology:
-        strategy = self._shard_strategy()
+        strategy, trainer = self._shard_strategy(), self.trainer
         if strategy is not None:
             return strategy.topology
-        if self.trainer is None:
-            return Topology(1, 0)
-        return Topology(self.trainer.world_size, self.trainer.global_rank)
+        return Topology(1, 0) if trainer is None else Topology(trainer.world_size, trainer.global_rank)
 
 
 def check_stage_options(stage_options: Mapping[str, Mapping[str, Any]]) -> None:
