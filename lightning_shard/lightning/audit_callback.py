@@ -83,15 +83,14 @@ class EpochAudit:
 
     def raise_on_problem(self) -> None:
         """Raise ``RuntimeError`` with the summary and the usual causes, unless the epoch is OK."""
-        if self.ok:
-            return
-        raise RuntimeError(
-            f"{self.summary()}. Duplicates beyond the padding mean that processes read the same samples (e.g. "
-            "a sampler that shuffles differently on each process); missing samples mean that the data was "
-            "sharded twice (e.g. a sampler that already keeps only this process's share). Give "
-            "`ShardStrategy` loaders that read the whole dataset in the same order on every process, or set "
-            "`audit_raise=False` to only log the audit."
-        )
+        if not self.ok:
+            raise RuntimeError(
+                f"{self.summary()}. Duplicates beyond the padding mean that processes read the same samples "
+                "(e.g. a sampler that shuffles differently on each process); missing samples mean that the data "
+                "was sharded twice (e.g. a sampler that already keeps only this process's share). Give "
+                "`ShardStrategy` loaders that read the whole dataset in the same order on every process, or "
+                "set `audit_raise=False` to only log the audit."
+            )
 
 
 class ShardAuditCallback(Callback):
