@@ -164,8 +164,8 @@ class ShardAuditCallback(Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        tap = None if self._loader is None else _tap_of(self._loader)
-        if self._audit is None or tap is None:
+        tap = None if self._loader is None else self._loader.index_observer
+        if self._audit is None or not isinstance(tap, IndexTap):
             return
         for indices in tap.take():
             if self._records:
@@ -227,17 +227,12 @@ class ShardAuditCallback(Callback):
         if len(loaders) != 1:
             self._explain(f"the fit has {len(loaders)} sharded training loaders, and only one can be audited")
             return None
-        return loaders[0] if _tap_of(loaders[0]) is not None else None
+        return loaders[0] if isinstance(loaders[0].index_observer, IndexTap) else None
 
     def _explain(self, reason: str) -> None:
         if reason not in self._explained:
             self._explained.add(reason)
             info(f"shard audit: not auditing the training loader: {reason}.")
-
-
-def _tap_of(loader: ShardLoader) -> IndexTap | None:
-    observer = loader.index_observer
-    return observer if isinstance(observer, IndexTap) else None
 
 
 def _epoch_audit(loader: ShardLoader, steps_before: int, recorded: bool = False) -> tuple[ShardAudit, int]:
