@@ -75,8 +75,7 @@ class ShardDataModule(pl.LightningDataModule):
         Raises:
             ValueError: if the training loader has no batch size.
         """
-        loader = self.train_dataloader()
-        batch_size = user_batch_size(loader)
+        batch_size = user_batch_size(self.train_dataloader())
         if batch_size is None:
             raise ValueError(
                 "`global_batch_size` needs the training loader's batch size, but it has none "
