@@ -238,12 +238,12 @@ def _build_dispatcher(
 ) -> DataLoaderDispatcher:
     kwargs = loader_settings(dataloader)
     kwargs.pop("generator", None)
-    dataset = dataloader.dataset
+    # NOTE: `workers_shard` is a stream's only.
+    dataset = split_among_workers(dataloader.dataset) if kind.workers_shard else dataloader.dataset
     if kind.stream:
         kwargs.update(batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
         if kind.library is not None and kind.library.dispatchable:
             kind.library.split(1, 0, dataloader.drop_last)  # NOTE: process 0 reads all of it.
-        dataset = split_among_workers(dataset) if kind.workers_shard else dataset
     elif kind.index_shape == "samples":
         raise ValueError(
             "`dispatch_batches=True` with `DataLoader(batch_size=None)`: process 0 would load single, uncollated "
