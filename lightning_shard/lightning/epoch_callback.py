@@ -55,10 +55,6 @@ class TrainingLoaderRounds:
             _continue_stream(earlier, loader)
         self.current.append(loader)
 
-    def keep(self, loader: ShardLoader) -> None:
-        """Record a loader of an earlier round handed back as it is; it goes on with its own random stream."""
-        self.current.append(loader)
-
     def close(self) -> None:
         """The round is complete (a fit or an epoch starts): the next built loaders follow on from it."""
         if self.current:
