@@ -82,13 +82,9 @@ def prepare_for_stage(
     # NOTE: the loader below iterates the shard's batch sampler itself, so it must do the shard's one
     # start-of-iteration job here: give every process the same random order (predict runs once).
     shard.source.synchronize()
+    recorded = record_batch_indices(shard.batch_sampler)
     # NOTE: of the user's class (a `DataLoader` subclass keeps its behaviour), with its attributes.
-    return rebuilt_as_user_class(
-        dataloader,
-        shard.dataset,
-        batch_sampler=record_batch_indices(shard.batch_sampler),
-        **loader_settings(shard),
-    )
+    return rebuilt_as_user_class(dataloader, shard.dataset, batch_sampler=recorded, **loader_settings(shard))
 
 
 def check_even_training(loader: DataLoader, options: ShardOptions, topology: Topology) -> None:
