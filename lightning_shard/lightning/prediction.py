@@ -143,9 +143,8 @@ class ShardPredictionWriter(BasePredictionWriter):
 
         def merged(key: str, position: int, nested: bool) -> list[Any]:
             pairs = [(part["index"], part[key][position] if nested else part[key]) for part in parts]
-            return merge_in_order(
-                pairs, self.split_batches, position < len(by_process) and by_process[position]
-            )
+            separate = position < len(by_process) and by_process[position]
+            return merge_in_order(pairs, self.split_batches, separate)
 
         # NOTE: Lightning passes the batch indices per predict loader, the predictions so only with several.
         indices = [merged("batch_indices", position, True) for position in range(loaders)]
