@@ -113,7 +113,8 @@ class ShardAuditCallback(Callback):
         self._audit: ShardAudit | None = None
         self._resumed_after = 0
         self._before: ShardAudit | None = None
-        self._restored: tuple[int, ShardAudit] | None = None
+        self._restored: dict[int, ShardAudit] = {}
+        """The records a checkpoint carried, by their epoch."""
         self._buffer: list[Any] = []
         self._explained: set[str] = set()
         self._records = True
@@ -154,8 +155,7 @@ class ShardAuditCallback(Callback):
         self._epoch = trainer.current_epoch
         self._loader = self._training_loader(trainer)
         # NOTE: the records a checkpoint carried for this epoch are taken once.
-        restored, self._restored = self._restored, None
-        self._before = restored[1] if restored is not None and restored[0] == self._epoch else None
+        self._before, self._restored = self._restored.get(self._epoch), {}
         self._audit, self._buffer = None, []
         if self._loader is not None:
             self._audit, self._resumed_after = _epoch_audit(self._loader, batch_idx, self._before is not None)
@@ -217,9 +217,9 @@ class ShardAuditCallback(Callback):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._restored = None
+        self._restored = {}
         if state_dict:
-            self._restored = (int(state_dict["epoch"]), ShardAudit.from_state(state_dict["record"]))
+            self._restored = {int(state_dict["epoch"]): ShardAudit.from_state(state_dict["record"])}
 
     def _training_loader(self, trainer: pl.Trainer) -> ShardLoader | None:
         """The one sharded and watched training loader, or ``None`` (after saying why, once)."""
