@@ -95,7 +95,14 @@ def prepare_with_options(
     if options.split_batches:
         check_split_batch_size(kinds.user_batch_size(dataloader), topology.num_processes, "dataloader")
     if kind.dispatch:
-        _check_dispatch_mesh(device_mesh, topology)
+        # NOTE: dispatch under a mesh needs the whole mesh: global rank 0 sends every rank its index's slice.
+        if device_mesh is not None and not topology.covers_world():
+            raise ValueError(
+                f"`dispatch_batches=True` with a `torch_device_mesh` of {device_mesh.mesh.numel()} ranks "
+                f"{tuple(device_mesh.mesh_dim_names or ())} that does not span the {world_size()} ranks of the "
+                "process group: global rank 0 loads and sends every rank the slice of its data-parallel index, so "
+                "it must know them all. Pass the whole mesh (not a sub-mesh), or use `dispatch_batches=False`."
+            )
         return _build_dispatcher(dataloader, kind, options, topology, device)
     parts = _stream_shard_parts if kind.stream else _map_shard_parts
     dataset, generator, kwargs = parts(dataloader, kind, options, topology)
@@ -140,18 +147,6 @@ def _prepare_graph(graph: Any, options: ShardOptions, topology: Topology) -> Nod
             "own part of the root's items), or return a `DataLoader` to have it dispatched."
         )
     return found
-
-
-def _check_dispatch_mesh(device_mesh: Any, topology: Topology) -> None:
-    """Dispatch under a mesh needs the whole mesh: global rank 0 sends every other rank its index's slice."""
-    if device_mesh is None or topology.covers_world():
-        return
-    raise ValueError(
-        f"`dispatch_batches=True` with a `torch_device_mesh` of {device_mesh.mesh.numel()} ranks "
-        f"{tuple(device_mesh.mesh_dim_names or ())} that does not span the {world_size()} ranks of the process "
-        "group: global rank 0 loads and sends every rank the slice of its data-parallel index, so it must "
-        "know them all. Pass the whole mesh (not a sub-mesh), or use `dispatch_batches=False`."
-    )
 
 
 def _recorded(batch_sampler: Any, options: ShardOptions) -> Any:
@@ -224,9 +219,8 @@ def _stream_shard_parts(
             library=kind.library,
             workers_shard=kind.workers_shard,
         )
-    kwargs: dict[str, Any] = {"batch_size": batch_size, "drop_last": dataloader.drop_last}
-    if kind.fingerprinted:
-        kwargs["data_seed"] = _draw_seed(options, topology)
+    seed = _draw_seed(options, topology) if kind.fingerprinted else None
+    kwargs = {"batch_size": batch_size, "drop_last": dataloader.drop_last, "data_seed": seed}
     return dataset, generator, kwargs
 
 
@@ -244,12 +238,12 @@ def _build_dispatcher(
 ) -> DataLoaderDispatcher:
     kwargs = loader_settings(dataloader)
     kwargs.pop("generator", None)
-    dataset = dataloader.dataset
+    # NOTE: `workers_shard` is a stream's only.
+    dataset = split_among_workers(dataloader.dataset) if kind.workers_shard else dataloader.dataset
     if kind.stream:
         kwargs.update(batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
         if kind.library is not None and kind.library.dispatchable:
             kind.library.split(1, 0, dataloader.drop_last)  # NOTE: process 0 reads all of it.
-        dataset = split_among_workers(dataset) if kind.workers_shard else dataset
     elif kind.index_shape == "samples":
         raise ValueError(
             "`dispatch_batches=True` with `DataLoader(batch_size=None)`: process 0 would load single, uncollated "

@@ -71,31 +71,26 @@ class EpochAudit:
     def summary(self) -> str:
         """The line rank 0 logs: the counts, then OK or the problems with example indices."""
         heading = f"shard audit, epoch {self.epoch}"
+        missing = "not checked: the epoch stopped before its end"
+        if self.complete:
+            missing = f"{self.report.allowed_missing} allowed"
+            if self.resumed_after and not self.recorded_before:
+                missing += f", {self.resumed_after} consumed before the resume"
         note = (
             f", {self.recorded_before} of the records from before the resume" if self.recorded_before else ""
         )
-        return summary_line(
-            self.report, heading, self._missing_allowed(), check_missing=self.complete, note=note
-        )
-
-    def _missing_allowed(self) -> str:
-        if not self.complete:
-            return "not checked: the epoch stopped before its end"
-        allowed = f"{self.report.allowed_missing} allowed"
-        unrecorded = self.resumed_after and not self.recorded_before
-        return f"{allowed}, {self.resumed_after} consumed before the resume" if unrecorded else allowed
+        return summary_line(self.report, heading, missing, check_missing=self.complete, note=note)
 
     def raise_on_problem(self) -> None:
         """Raise ``RuntimeError`` with the summary and the usual causes, unless the epoch is OK."""
-        if self.ok:
-            return
-        raise RuntimeError(
-            f"{self.summary()}. Duplicates beyond the padding mean that processes read the same samples (e.g. "
-            "a sampler that shuffles differently on each process); missing samples mean that the data was "
-            "sharded twice (e.g. a sampler that already keeps only this process's share). Give "
-            "`ShardStrategy` loaders that read the whole dataset in the same order on every process, or set "
-            "`audit_raise=False` to only log the audit."
-        )
+        if not self.ok:
+            raise RuntimeError(
+                f"{self.summary()}. Duplicates beyond the padding mean that processes read the same samples "
+                "(e.g. a sampler that shuffles differently on each process); missing samples mean that the data "
+                "was sharded twice (e.g. a sampler that already keeps only this process's share). Give "
+                "`ShardStrategy` loaders that read the whole dataset in the same order on every process, or "
+                "set `audit_raise=False` to only log the audit."
+            )
 
 
 class ShardAuditCallback(Callback):
@@ -118,7 +113,8 @@ class ShardAuditCallback(Callback):
         self._audit: ShardAudit | None = None
         self._resumed_after = 0
         self._before: ShardAudit | None = None
-        self._restored: tuple[int, ShardAudit] | None = None
+        self._restored: dict[int, ShardAudit] = {}
+        """The records a checkpoint carried, by their epoch."""
         self._buffer: list[Any] = []
         self._explained: set[str] = set()
         self._records = True
@@ -159,8 +155,7 @@ class ShardAuditCallback(Callback):
         self._epoch = trainer.current_epoch
         self._loader = self._training_loader(trainer)
         # NOTE: the records a checkpoint carried for this epoch are taken once.
-        restored, self._restored = self._restored, None
-        self._before = restored[1] if restored is not None and restored[0] == self._epoch else None
+        self._before, self._restored = self._restored.get(self._epoch), {}
         self._audit, self._buffer = None, []
         if self._loader is not None:
             self._audit, self._resumed_after = _epoch_audit(self._loader, batch_idx, self._before is not None)
@@ -169,8 +164,8 @@ class ShardAuditCallback(Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        tap = None if self._loader is None else _tap_of(self._loader)
-        if self._audit is None or tap is None:
+        tap = None if self._loader is None else self._loader.index_observer
+        if self._audit is None or not isinstance(tap, IndexTap):
             return
         for indices in tap.take():
             if self._records:
@@ -222,9 +217,9 @@ class ShardAuditCallback(Callback):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._restored = None
+        self._restored = {}
         if state_dict:
-            self._restored = (int(state_dict["epoch"]), ShardAudit.from_state(state_dict["record"]))
+            self._restored = {int(state_dict["epoch"]): ShardAudit.from_state(state_dict["record"])}
 
     def _training_loader(self, trainer: pl.Trainer) -> ShardLoader | None:
         """The one sharded and watched training loader, or ``None`` (after saying why, once)."""
@@ -232,17 +227,12 @@ class ShardAuditCallback(Callback):
         if len(loaders) != 1:
             self._explain(f"the fit has {len(loaders)} sharded training loaders, and only one can be audited")
             return None
-        return loaders[0] if _tap_of(loaders[0]) is not None else None
+        return loaders[0] if isinstance(loaders[0].index_observer, IndexTap) else None
 
     def _explain(self, reason: str) -> None:
         if reason not in self._explained:
             self._explained.add(reason)
             info(f"shard audit: not auditing the training loader: {reason}.")
-
-
-def _tap_of(loader: ShardLoader) -> IndexTap | None:
-    observer = loader.index_observer
-    return observer if isinstance(observer, IndexTap) else None
 
 
 def _epoch_audit(loader: ShardLoader, steps_before: int, recorded: bool = False) -> tuple[ShardAudit, int]:

@@ -75,8 +75,7 @@ class ShardDataModule(pl.LightningDataModule):
         Raises:
             ValueError: if the training loader has no batch size.
         """
-        loader = self.train_dataloader()
-        batch_size = user_batch_size(loader)
+        batch_size = user_batch_size(self.train_dataloader())
         if batch_size is None:
             raise ValueError(
                 "`global_batch_size` needs the training loader's batch size, but it has none "
@@ -93,7 +92,23 @@ class ShardDataModule(pl.LightningDataModule):
         Raises:
             ValueError: if the training data has no length.
         """
-        batches = self._sharded_train_length()
+        loader = self.train_dataloader()
+        if not is_data_loader(loader):
+            raise ValueError(
+                f"`steps_per_epoch` needs `train_dataloader()` to return one `DataLoader`, got "
+                f"{type(loader).__name__}. Compute the steps from your loaders yourself."
+            )
+        if self._loaders_left_alone():
+            batches = sized_len(loader)
+        else:
+            # NOTE: preparing a loader may draw a seed from the global RNG; keep the user's stream as it is.
+            with torch.random.fork_rng(devices=[]):
+                batches = sized_len(prepare_with_options(loader, self._train_options(), self._topology()))
+        if batches is None:
+            raise ValueError(
+                "`steps_per_epoch` needs a training dataset with a length; this one is an iterable without "
+                "`__len__`. Set `max_steps` and size the scheduler from it instead."
+            )
         limit: int | float = 1.0 if self.trainer is None else self.trainer.limit_train_batches
         batches = min(batches, limit) if isinstance(limit, int) else int(batches * limit)
         accumulate = 1 if self.trainer is None else self.trainer.accumulate_grad_batches
@@ -117,27 +132,6 @@ class ShardDataModule(pl.LightningDataModule):
             return strategy.options_for("train")
         return stage_defaults(ShardOptions(), "train").replace(**self.shard_options("train"))
 
-    def _sharded_train_length(self) -> int:
-        topology = self._topology()
-        loader = self.train_dataloader()
-        if not is_data_loader(loader):
-            raise ValueError(
-                f"`steps_per_epoch` needs `train_dataloader()` to return one `DataLoader`, got "
-                f"{type(loader).__name__}. Compute the steps from your loaders yourself."
-            )
-        if self._loaders_left_alone():
-            length = sized_len(loader)
-        else:
-            # NOTE: preparing a loader may draw a seed from the global RNG; keep the user's stream as it is.
-            with torch.random.fork_rng(devices=[]):
-                length = sized_len(prepare_with_options(loader, self._train_options(), topology))
-        if length is None:
-            raise ValueError(
-                "`steps_per_epoch` needs a training dataset with a length; this one is an iterable without "
-                "`__len__`. Set `max_steps` and size the scheduler from it instead."
-            )
-        return length
-
     def _loaders_left_alone(self) -> bool:
         """Whether the strategy leaves the loaders as they are (``Trainer(use_distributed_sampler=False)``)."""
         strategy = self._shard_strategy()
@@ -150,12 +144,10 @@ class ShardDataModule(pl.LightningDataModule):
         return not sampler_injection_enabled(self.trainer)
 
     def _topology(self) -> Topology:
-        strategy = self._shard_strategy()
+        strategy, trainer = self._shard_strategy(), self.trainer
         if strategy is not None:
             return strategy.topology
-        if self.trainer is None:
-            return Topology(1, 0)
-        return Topology(self.trainer.world_size, self.trainer.global_rank)
+        return Topology(1, 0) if trainer is None else Topology(trainer.world_size, trainer.global_rank)
 
 
 def check_stage_options(stage_options: Mapping[str, Mapping[str, Any]]) -> None:

@@ -9,8 +9,7 @@ generator of the loader at ``p`` in the round before (docs/DESIGN.md, "Epoch pur
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import lightning.pytorch as pl
@@ -45,21 +44,15 @@ class TrainingLoaderRounds:
         earlier = self.previous[position] if position < len(self.previous) else None
         return earlier if is_shard_loader(earlier) else None
 
-    @contextmanager
-    def building(self) -> Iterator[None]:
+    def building(self) -> AbstractContextManager[Any]:
         """Build the next loader without drawing from the global RNG when it will take over a generator."""
-        with torch.random.fork_rng(devices=[]) if self.predecessor() is not None else nullcontext():
-            yield
+        return torch.random.fork_rng(devices=[]) if self.predecessor() is not None else nullcontext()
 
     def add(self, loader: Any) -> None:
         """Record ``loader`` (built at the next position); it continues its predecessor's random stream."""
         earlier = self.predecessor()
         if is_shard_loader(loader) and earlier is not None:
             _continue_stream(earlier, loader)
-        self.current.append(loader)
-
-    def keep(self, loader: ShardLoader) -> None:
-        """Record a loader of an earlier round handed back as it is; it goes on with its own random stream."""
         self.current.append(loader)
 
     def close(self) -> None:
@@ -72,11 +65,10 @@ def _continue_stream(earlier: ShardLoader, loader: ShardLoader) -> None:
     # NOTE: a loader whose checkpoint state waits for its next `iter()` goes on from that state, not from its
     # generator and seed as they are before it is applied.
     pending = earlier.pending_position
-    saved = pending.generator_state if pending is not None else None
     source, target = earlier.resumption.source.generator(), loader.resumption.source.generator()
     if target is not None and source is not target:
-        if saved is not None:
-            target.set_state(decode_generator_state(saved))
+        if pending is not None and pending.generator_state is not None:
+            target.set_state(decode_generator_state(pending.generator_state))
         elif source is not None:
             target.set_state(source.get_state())
     # NOTE: a seedable sampler's order is (seed, epoch): its seed goes on too, as restored from a checkpoint

@@ -65,9 +65,8 @@ class StatefulFirstBatchChecked(FirstBatchChecked):
 
 def checked(iterable: Any, found: LeftAsItIs, num_processes: int) -> FirstBatchChecked:
     """``iterable`` wrapped so its processes compare their first batches (saved as its own state if it has one)."""
-    return (StatefulFirstBatchChecked if found.stateful else FirstBatchChecked)(
-        iterable, found, num_processes
-    )
+    wrapper = StatefulFirstBatchChecked if found.stateful else FirstBatchChecked
+    return wrapper(iterable, found, num_processes)
 
 
 def _same_everywhere(name: str, batch: Any, num_processes: int) -> str:

@@ -73,8 +73,13 @@ class ShardPlan:
         line = (
             f"lightning_shard plan: {_processes(self.num_processes, self.ranks)} "
             f"({self.mode}{', split' if self.split_batches else ''}), {sizes}, {steps} optimizer steps per "
-            f"epoch{self._resumed()}"
+            "epoch"
         )
+        if self.resumed_at is not None:
+            line += f" (resumed at step {self.resumed_at}"
+            if self.steps_per_epoch is not None:
+                line += f": {self.steps_per_epoch - self.resumed_at} steps left"
+            line += ")"
         if self.padded_samples is not None or not self.stream:
             padded = "unknown" if self.padded_samples is None else str(self.padded_samples)
             line += f", {padded} samples padded in the last step"
@@ -97,14 +102,6 @@ class ShardPlan:
             )
         return line
 
-    def _resumed(self) -> str:
-        if self.resumed_at is None:
-            return ""
-        left = (
-            "" if self.steps_per_epoch is None else f": {self.steps_per_epoch - self.resumed_at} steps left"
-        )
-        return f" (resumed at step {self.resumed_at}{left})"
-
 
 def plan_for(
     loader: ShardLoader,
@@ -124,7 +121,6 @@ def plan_for(
     processes. ``resumed_batches``: the batches of the epoch a checkpoint's loader state had consumed.
     """
     state = loader.sharding
-    global_batch = loader.total_batch_size
     batches = sized_len(loader)
     padded, dropped = _padding(loader, batches)
     unbounded = math.isinf(num_training_batches)
@@ -135,7 +131,7 @@ def plan_for(
     return ShardPlan(
         num_processes=state.num_processes,
         process_batch_size=per_process,
-        global_batch_size=global_batch,
+        global_batch_size=loader.total_batch_size,
         batches_per_epoch=batches,
         steps_per_epoch=steps,
         dataset_length=state.dataset_length,

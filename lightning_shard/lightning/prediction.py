@@ -29,9 +29,8 @@ def merge_in_order(
     ``split_batches``: each step's slices are joined. ``by_process``: the processes read consecutive parts
     of the data (a natively sharded stream), so their predictions follow one another.
     """
-    by_index: dict[int, list[Any]] = {}
-    for index, predictions in parts:
-        by_index.setdefault(index, list(predictions))
+    # NOTE: reversed, so that the first of an index's parts is the one kept.
+    by_index = {index: list(predictions) for index, predictions in reversed(parts)}
     ordered = [by_index[index] for index in sorted(by_index)]
     if by_process:
         return [prediction for predictions in ordered for prediction in predictions]
@@ -118,10 +117,9 @@ class ShardPredictionWriter(BasePredictionWriter):
     ) -> None:
         strategy = trainer.strategy
         topology = getattr(strategy, "topology", None)
-        index = topology.process_index if topology is not None else trainer.global_rank
         self.output_dir.mkdir(parents=True, exist_ok=True)
         part = {
-            "index": index,
+            "index": topology.process_index if topology is not None else trainer.global_rank,
             "predictions": predictions,
             "batch_indices": batch_indices,
             "several": predict_loader_count(trainer) > 1,
@@ -145,9 +143,8 @@ class ShardPredictionWriter(BasePredictionWriter):
 
         def merged(key: str, position: int, nested: bool) -> list[Any]:
             pairs = [(part["index"], part[key][position] if nested else part[key]) for part in parts]
-            return merge_in_order(
-                pairs, self.split_batches, position < len(by_process) and by_process[position]
-            )
+            separate = position < len(by_process) and by_process[position]
+            return merge_in_order(pairs, self.split_batches, separate)
 
         # NOTE: Lightning passes the batch indices per predict loader, the predictions so only with several.
         indices = [merged("batch_indices", position, True) for position in range(loaders)]

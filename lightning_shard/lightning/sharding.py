@@ -177,7 +177,7 @@ class StrategySharding:
         if is_shard_loader(dataloader):
             # NOTE: a loader of ours that a reload hands back, put in the trainer's epoch before Lightning
             # measures it (still in a resumed epoch, it would count that epoch's steps taken plus steps left).
-            self._rounds.keep(dataloader)
+            self._rounds.current.append(dataloader)  # NOTE: it goes on with its own random stream.
             self.epoch_callback.align(trainer, dataloader)
             loader: DataLoader = dataloader
         else:

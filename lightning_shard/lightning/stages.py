@@ -82,13 +82,9 @@ def prepare_for_stage(
     # NOTE: the loader below iterates the shard's batch sampler itself, so it must do the shard's one
     # start-of-iteration job here: give every process the same random order (predict runs once).
     shard.source.synchronize()
+    recorded = record_batch_indices(shard.batch_sampler)
     # NOTE: of the user's class (a `DataLoader` subclass keeps its behaviour), with its attributes.
-    return rebuilt_as_user_class(
-        dataloader,
-        shard.dataset,
-        batch_sampler=record_batch_indices(shard.batch_sampler),
-        **loader_settings(shard),
-    )
+    return rebuilt_as_user_class(dataloader, shard.dataset, batch_sampler=recorded, **loader_settings(shard))
 
 
 def check_even_training(loader: DataLoader, options: ShardOptions, topology: Topology) -> None:
@@ -127,10 +123,8 @@ def uneven_steps(loader: DataLoader, options: ShardOptions, topology: Topology) 
 
 def flatten_loaders(loaders: Any) -> list[Any]:
     """The loaders in ``trainer.*_dataloaders`` (one, or a list / tuple / dict of them), in order."""
-    if loaders is None:
-        return []
     if isinstance(loaders, dict):
-        return [leaf for value in loaders.values() for leaf in flatten_loaders(value)]
+        loaders = list(loaders.values())
     if isinstance(loaders, (list, tuple)):
         return [leaf for value in loaders for leaf in flatten_loaders(value)]
-    return [loaders]
+    return [] if loaders is None else [loaders]
