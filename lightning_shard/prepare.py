@@ -81,16 +81,7 @@ def prepare_with_options(
     if (options.use_seedable_sampler or options.scalable_shuffle) and topology.num_processes > 1:
         # NOTE: processes that shuffle differently read some samples twice and others never.
         options = options.replace(data_seed=_draw_seed(options, topology))
-    kind = kinds.classify(
-        dataloader,
-        num_processes=topology.num_processes,
-        process_index=topology.process_index,
-        dispatch=options.dispatch_batches,
-        put_on_device=options.put_on_device,
-        iterable_sharding=options.iterable_sharding,
-        even_batches=bool(options.even_batches),
-        uneven=uneven_streams,
-    )
+    kind = kinds.classify(dataloader, options, topology, uneven=uneven_streams)
     kind = kind if pipeline is None else dataclasses.replace(kind, pipeline=pipeline)
     if options.split_batches:
         check_split_batch_size(kinds.user_batch_size(dataloader), topology.num_processes, "dataloader")
