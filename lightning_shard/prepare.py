@@ -121,9 +121,7 @@ def _prepare_graph(graph: Any, options: ShardOptions, topology: Topology) -> Nod
     """The torchdata.nodes graph ``graph``, checked: it is sharded as the ``DataLoader`` of its root's items
     (``root_loader``) would be, each step's items then made a batch by the graph rebuilt over them
     (``loaders/source.py``): a ``DataLoaderShard``, never dispatched."""
-    found = kinds.classify_iterable(
-        graph, num_processes=topology.num_processes, process_index=topology.process_index
-    )
+    found = kinds.classify_iterable(graph, topology)
     if isinstance(found, LeftAsItIs):
         raise TypeError(
             f"`dataloader` must be a `torch.utils.data.DataLoader` or a torchdata.nodes `Loader` (or node graph) "

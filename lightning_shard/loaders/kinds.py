@@ -89,9 +89,7 @@ def _built(dataset: Any, kwargs: dict[str, Any], dispatch: bool) -> DataKind:
     return DataKind("map", index_shape="samples" if isinstance(sampler, SampleShard) else "sampler")
 
 
-def classify_iterable(
-    iterable: Any, *, num_processes: int, process_index: int = 0
-) -> NodesGraph | LeftAsItIs:
+def classify_iterable(iterable: Any, topology: Topology) -> NodesGraph | LeftAsItIs:
     """What a loop's iterable that is not a ``DataLoader`` is: a torchdata.nodes graph to shard through its root
     (``NodesGraph``), or one to leave as it is (declared ``splits_by_rank``, a ``MultiNodeWeightedSampler`` built
     for this process, or unknown: then checked at its first batch).
@@ -115,6 +113,7 @@ def classify_iterable(
     if graph.root_kind != "weighted":
         return graph
     rank, size = graph.root.rank, graph.root.world_size
+    process_index, num_processes = topology.process_index, topology.num_processes
     if (rank, size) != (process_index, num_processes):
         raise ValueError(
             f"The `MultiNodeWeightedSampler` of `{graph.describe()}` was built for rank {rank} of {size} "
