@@ -139,12 +139,8 @@ def _prepare_graph(graph: Any, options: ShardOptions, topology: Topology) -> Nod
 
 
 def _recorded(batch_sampler: Any, options: ShardOptions) -> Any:
-    return recorded_batch_sampler(
-        batch_sampler,
-        seedable=options.use_seedable_sampler,
-        scalable=options.scalable_shuffle,
-        data_seed=options.data_seed,
-    )
+    seedable, scalable, seed = options.use_seedable_sampler, options.scalable_shuffle, options.data_seed
+    return recorded_batch_sampler(batch_sampler, seedable=seedable, scalable=scalable, data_seed=seed)
 
 
 _Parts = tuple[Any, torch.Generator | None, dict[str, Any]]
