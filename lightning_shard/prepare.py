@@ -81,16 +81,7 @@ def prepare_with_options(
     if (options.use_seedable_sampler or options.scalable_shuffle) and topology.num_processes > 1:
         # NOTE: processes that shuffle differently read some samples twice and others never.
         options = options.replace(data_seed=_draw_seed(options, topology))
-    kind = kinds.classify(
-        dataloader,
-        num_processes=topology.num_processes,
-        process_index=topology.process_index,
-        dispatch=options.dispatch_batches,
-        put_on_device=options.put_on_device,
-        iterable_sharding=options.iterable_sharding,
-        even_batches=bool(options.even_batches),
-        uneven=uneven_streams,
-    )
+    kind = kinds.classify(dataloader, options, topology, uneven=uneven_streams)
     kind = kind if pipeline is None else dataclasses.replace(kind, pipeline=pipeline)
     if options.split_batches:
         check_split_batch_size(kinds.user_batch_size(dataloader), topology.num_processes, "dataloader")
@@ -130,9 +121,7 @@ def _prepare_graph(graph: Any, options: ShardOptions, topology: Topology) -> Nod
     """The torchdata.nodes graph ``graph``, checked: it is sharded as the ``DataLoader`` of its root's items
     (``root_loader``) would be, each step's items then made a batch by the graph rebuilt over them
     (``loaders/source.py``): a ``DataLoaderShard``, never dispatched."""
-    found = kinds.classify_iterable(
-        graph, num_processes=topology.num_processes, process_index=topology.process_index
-    )
+    found = kinds.classify_iterable(graph, topology)
     if isinstance(found, LeftAsItIs):
         raise TypeError(
             f"`dataloader` must be a `torch.utils.data.DataLoader` or a torchdata.nodes `Loader` (or node graph) "
@@ -150,12 +139,8 @@ def _prepare_graph(graph: Any, options: ShardOptions, topology: Topology) -> Nod
 
 
 def _recorded(batch_sampler: Any, options: ShardOptions) -> Any:
-    return recorded_batch_sampler(
-        batch_sampler,
-        seedable=options.use_seedable_sampler,
-        scalable=options.scalable_shuffle,
-        data_seed=options.data_seed,
-    )
+    seedable, scalable, seed = options.use_seedable_sampler, options.scalable_shuffle, options.data_seed
+    return recorded_batch_sampler(batch_sampler, seedable=seedable, scalable=scalable, data_seed=seed)
 
 
 _Parts = tuple[Any, torch.Generator | None, dict[str, Any]]

@@ -159,9 +159,7 @@ class StrategySharding:
         trainer, topology, device = self.trainer, self.topology, self._strategy.root_device
         stage = stage_key(trainer.state.stage)
         if stage == "train" and not is_data_loader(dataloader):
-            found = classify_iterable(
-                dataloader, num_processes=topology.num_processes, process_index=topology.process_index
-            )
+            found = classify_iterable(dataloader, topology)
             if isinstance(found, LeftAsItIs):
                 self.left_as_it_is[found.name] = found
                 return checked(dataloader, found, topology.num_processes) if found.checked else dataloader

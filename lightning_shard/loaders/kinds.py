@@ -8,9 +8,11 @@ from typing import Any, TypeGuard
 
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, IterableDataset
 
+from lightning_shard.comm.topology import Topology
 from lightning_shard.loaders.base import ResumableLoader
 from lightning_shard.loaders.position import SHORTEST, DataKind, LeftAsItIs, StreamEnds, stream_ends_for
 from lightning_shard.log import warn
+from lightning_shard.options import ShardOptions
 from lightning_shard.sampling import litdata_stream, mosaic_stream, webdataset_stream
 from lightning_shard.sampling.batch_shard import BatchSamplerShard
 from lightning_shard.sampling.iterable_shard import IterableDatasetShard
@@ -18,7 +20,6 @@ from lightning_shard.sampling.native_stream import (
     NATIVE_STREAM,
     SELF_SPLIT_STREAM,
     STRIDED_STREAM,
-    IterableSharding,
     NativeStreamShard,
     ShardableStream,
     StreamShardingWarning,
@@ -30,37 +31,36 @@ from lightning_shard.sampling.torchdata_nodes import NodesGraph, is_node_graph, 
 
 def classify(
     dataloader: Any,
+    options: ShardOptions | None = None,
+    topology: Topology | None = None,
     *,
-    num_processes: int = 1,
-    process_index: int = 0,
-    dispatch: bool | None = None,
-    put_on_device: bool = False,
-    iterable_sharding: IterableSharding = "auto",
-    even_batches: bool = True,
     uneven: StreamEnds = SHORTEST,
     built: dict[str, Any] | None = None,
+    dispatch: bool = False,
 ) -> DataKind:
-    """The ``DataKind`` of the user's ``dataloader`` prepared for ``num_processes`` processes (``dispatch=None``
-    dispatches an iterable dataset when ``put_on_device``; ``uneven``: a stream's ends without ``even_batches``);
-    with ``built``, the ``DataLoader`` arguments of a loader the seed's constructors build directly over
-    ``dataloader``, then a dataset or a shard of one: what it is built over decides (``dispatch``: a
-    ``DataLoaderDispatcher``). Raises, naming the fix, on a ``DataLoader`` that is prepared or sharded already,
-    or on a stream that cannot be read as asked (what is not a ``DataLoader`` was refused, or read as a
-    torchdata.nodes graph's root, by ``prepare_with_options``)."""
+    """The ``DataKind`` of the user's ``dataloader`` prepared with ``options`` for ``topology`` (``uneven``: a
+    stream's ends without ``even_batches``); with ``built``, the ``DataLoader`` arguments of a loader the seed's
+    constructors build directly over ``dataloader``, then a dataset or a shard of one: what it is built over
+    decides (``dispatch``: a ``DataLoaderDispatcher``). Raises, naming the fix, on a ``DataLoader`` that is
+    prepared or sharded already, or on a stream that cannot be read as asked (what is not a ``DataLoader`` was
+    refused, or read as a torchdata.nodes graph's root, by ``prepare_with_options``)."""
     if built is not None:
-        return _built(dataloader, built, bool(dispatch))
+        return _built(dataloader, built, dispatch)
+    assert options is not None and topology is not None, "a loader to prepare is classified with its options"
     _check_unsharded(dataloader)
-    dataset, workers = dataloader.dataset, dataloader.num_workers
+    dataset, num_processes = dataloader.dataset, topology.num_processes
     streamed = isinstance(dataset, IterableDataset)
-    dispatch = (put_on_device and streamed) if dispatch is None else dispatch
+    # NOTE: `dispatch_batches=None` dispatches an iterable dataset when `put_on_device`.
+    dispatched = options.dispatch_batches
+    dispatched = (options.put_on_device and streamed) if dispatched is None else dispatched
     if not streamed and isinstance(dataloader.sampler, BatchSampler):
-        return DataKind("map", dispatch, "sampler")  # NOTE: a batch sampler passed as `sampler`
+        return DataKind("map", dispatched, "sampler")  # NOTE: a batch sampler passed as `sampler`
     if not streamed:
-        return DataKind("map", dispatch, "samples" if dataloader.batch_sampler is None else "batches")
-    if dispatch:
+        return DataKind("map", dispatched, "samples" if dataloader.batch_sampler is None else "batches")
+    if dispatched:
         return _dispatched_stream(dataset, num_processes)
-    kind = _stream(dataset, iterable_sharding, num_processes, workers, process_index == 0)
-    ends = stream_ends_for(kind.source == "strided", even_batches, uneven)
+    kind = _stream(dataloader, options, topology)
+    ends = stream_ends_for(kind.source == "strided", bool(options.even_batches), uneven)
     # NOTE: checked unless declared `splits_by_rank = False` (random elements: their contents differ).
     declared_same = getattr(dataset, "splits_by_rank", None) is False
     fingerprinted = kind.source == "strided" and num_processes > 1 and not declared_same
@@ -89,9 +89,7 @@ def _built(dataset: Any, kwargs: dict[str, Any], dispatch: bool) -> DataKind:
     return DataKind("map", index_shape="samples" if isinstance(sampler, SampleShard) else "sampler")
 
 
-def classify_iterable(
-    iterable: Any, *, num_processes: int, process_index: int = 0
-) -> NodesGraph | LeftAsItIs:
+def classify_iterable(iterable: Any, topology: Topology) -> NodesGraph | LeftAsItIs:
     """What a loop's iterable that is not a ``DataLoader`` is: a torchdata.nodes graph to shard through its root
     (``NodesGraph``), or one to leave as it is (declared ``splits_by_rank``, a ``MultiNodeWeightedSampler`` built
     for this process, or unknown: then checked at its first batch).
@@ -115,6 +113,7 @@ def classify_iterable(
     if graph.root_kind != "weighted":
         return graph
     rank, size = graph.root.rank, graph.root.world_size
+    process_index, num_processes = topology.process_index, topology.num_processes
     if (rank, size) != (process_index, num_processes):
         raise ValueError(
             f"The `MultiNodeWeightedSampler` of `{graph.describe()}` was built for rank {rank} of {size} "
@@ -175,11 +174,11 @@ def _check_unsharded(dataloader: DataLoader) -> None:
 
 
 # -- streams --------------------------------------------------------------------------------------------
-def _stream(
-    dataset: Any, mode: IterableSharding, num_processes: int, num_workers: int, first: bool
-) -> DataKind:
-    """How a stream is split over ``num_processes`` processes (``mode``: ``iterable_sharding``); the first
-    process says why it strides one it could not split."""
+def _stream(dataloader: DataLoader, options: ShardOptions, topology: Topology) -> DataKind:
+    """How the stream of ``dataloader`` is split over the processes of ``topology`` (by ``options``'s
+    ``iterable_sharding``); the first process says why it strides one it could not split."""
+    dataset: Any = dataloader.dataset
+    mode, num_processes = options.iterable_sharding, topology.num_processes
     splits = self_split(dataset)
     if splits is not None:
         if mode == "stride" and num_processes > 1:
@@ -197,11 +196,11 @@ def _stream(
         # NOTE: decided whatever the loader's workers: a resumed epoch may be read by the count it began with.
         workers_shard = not is_hugging_face(dataset)
         # NOTE: the dataset is a `ShardableStream` (`_cannot_shard`); its share is asked for only for workers.
-        share = dataset.shard(num_processes, 0) if workers_shard and num_workers > 1 else dataset
+        share = dataset.shard(num_processes, 0) if workers_shard and dataloader.num_workers > 1 else dataset
         if not isinstance(share, ShardableStream):
             raise TypeError(
                 f"`{type(dataset).__name__}.shard(num_shards, index)` returned a {type(share).__name__}, which has no "
-                f"`n_shards` / `shard`, so the {num_workers} `DataLoader` workers of a process cannot split its share "
+                f"`n_shards` / `shard`, so the {dataloader.num_workers} `DataLoader` workers of a process cannot split its share "
                 "(each would read all of it). Return a dataset that implements the protocol again, or use "
                 "`num_workers=0`."
             )
@@ -214,7 +213,7 @@ def _stream(
             f"{missing}. Give it `n_shards` and `shard(num_shards, index)` with at least one shard per process "
             "(see the README, \"Streaming data\"), or use `iterable_sharding='auto'` to fall back to striding."
         )
-    if first:
+    if topology.process_index == 0:
         # NOTE: the warnings module shows each distinct message once per process, so no registry of our own.
         warn(
             f"lightning_shard: every process reads the whole iterable dataset and keeps 1/{num_processes} of it, "

@@ -71,8 +71,7 @@ class IterableDatasetShard(IterableDataset):
         self.even_batches = even_batches
         self.fingerprinted = fingerprinted
         self.epoch = 0
-        self._skip_steps = 0
-        self._skip_elements = 0
+        self._skip_steps = self._skip_elements = 0
 
     @property
     def global_batch_size(self) -> int:

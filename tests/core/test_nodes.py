@@ -31,6 +31,7 @@ from torchdata.nodes import (  # noqa: E402
 )
 
 from lightning_shard import prepare_data_loader
+from lightning_shard.comm.topology import Topology
 from lightning_shard.loaders.kinds import classify_iterable
 from lightning_shard.loaders.position import LeftAsItIs
 from lightning_shard.sampling.torchdata_nodes import NodesGraph
@@ -120,7 +121,7 @@ def test_every_id_once_per_epoch_over_the_processes() -> None:
 
 def test_the_users_graph_is_left_as_it_was() -> None:
     graph = _graph(SAMPLERS["sequential"](), 4, False, 2)
-    _ids(prepare_data_loader(graph, num_processes=2, process_index=1))
+    _ids(prepare_data_loader(graph, Topology(2, 1)))
     assert sorted(i for batch in _ids(graph) for i in batch) == [i * 10 for i in range(N_IDS)]
 
 
@@ -264,24 +265,24 @@ def _weighted(rank: int, world_size: int) -> Loader:
 
 
 def test_what_each_iterable_is() -> None:
-    graph = classify_iterable(Loader(Batcher(_root(), 4)), num_processes=2)
+    graph = classify_iterable(Loader(Batcher(_root(), 4)), Topology(2, 0))
     assert (
         isinstance(graph, NodesGraph)
         and graph.describe() == "Loader(Batcher(SamplerWrapper(SequentialSampler)))"
     )
-    weighted = classify_iterable(_weighted(1, 2), num_processes=2, process_index=1)
+    weighted = classify_iterable(_weighted(1, 2), Topology(2, 1))
     assert isinstance(weighted, LeftAsItIs) and not weighted.checked and "rank 1 of 2" in weighted.reason
     with pytest.raises(ValueError, match=r"built for rank 0 of 1 \(`rank=0`, `world_size=1`\).*rank 1 of 2"):
-        classify_iterable(_weighted(0, 1), num_processes=2, process_index=1)
+        classify_iterable(_weighted(0, 1), Topology(2, 1))
     with pytest.raises(TypeError, match="splits itself"):
         prepare_data_loader(_weighted(0, 2), num_processes=2, process_index=0)
-    plain = classify_iterable([[1, 2], [3, 4]], num_processes=2)
+    plain = classify_iterable([[1, 2], [3, 4]], Topology(2, 0))
     assert isinstance(plain, LeftAsItIs) and plain.checked and plain.name == "list"
 
     class Declared(list):  # type: ignore[type-arg]
         splits_by_rank = False
 
-    declared = classify_iterable(Declared(), num_processes=2)
+    declared = classify_iterable(Declared(), Topology(2, 0))
     assert isinstance(declared, LeftAsItIs) and not declared.checked
     with pytest.raises(TypeError, match=r"got list \(not a `DataLoader`"):
         prepare_data_loader([[1, 2]], num_processes=2, process_index=0)

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from lightning_shard.comm.collectives import batch_digest, same_on_every_process
+from lightning_shard.comm.topology import Topology
 from lightning_shard.lightning.left_as_is import StatefulFirstBatchChecked, checked
 from lightning_shard.loaders.kinds import classify_iterable
 from lightning_shard.loaders.position import LeftAsItIs
@@ -59,7 +60,7 @@ class _Batches:
 
 def _scenarios(rank: int, world_size: int) -> dict[str, Any]:
     results: dict[str, Any] = {}
-    found = classify_iterable(_Batches(by_rank=False), num_processes=world_size, process_index=rank)
+    found = classify_iterable(_Batches(by_rank=False), Topology(world_size, rank))
     assert isinstance(found, LeftAsItIs) and found.checked and found.stateful
     try:
         list(checked(_Batches(by_rank=False), found, world_size))
