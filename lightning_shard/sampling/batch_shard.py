@@ -134,30 +134,20 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
 
     def _iter_generic(self, source: Iterable[Any] | None = None, consumed: int = 0) -> Iterator[list[int]]:
         """The streaming path, for any batch sampler; ``source`` replaces the wrapped sampler's batches
-        (what is left of them once ``consumed`` are gone)."""
-        batches = self.batch_sampler if source is None else source
+        (what is left of them once ``consumed`` are gone). With a balanced tail, the steps before it are dealt
+        as usual, then the rest of the batches is split into this process's chunk."""
+        batches = iter(self.batch_sampler if source is None else source)
+        before_tail = None  # NOTE: how many batches are dealt: all, but for a balanced tail.
         length = self._samples_left(consumed)
         if length is not None and is_balanced(self.even_batches, length, self.num_processes):
-            return self._iter_balanced(batches, length)
-        return self._iter_split(batches) if self.split_batches else self._iter_whole(batches)
-
-    def _iter_balanced(self, batches: Iterable[Any], length: int) -> Iterator[list[int]]:
-        """The generic path with a balanced tail: steps before the tail as usual, then this process's chunk."""
-        assert self.batch_size is not None  # NOTE: `_samples_left` needs it.
-        n, r = self.num_processes, self.process_index
-        group = 1 if self.split_batches else n
-        steps = tail_steps(length, self.batch_size * group, n)[0]
-        width = self.batch_size // n
-        tail: list[int] = []
-        for position, batch in enumerate(batches):
-            if position >= steps * group:
-                tail.extend(batch)
-            elif self.split_batches:
-                yield list(batch[r * width : (r + 1) * width])
-            elif position % n == r:
-                yield batch
+            assert self.batch_size is not None  # NOTE: `_samples_left` needs it.
+            group = 1 if self.split_batches else self.num_processes
+            before_tail = tail_steps(length, self.batch_size * group, self.num_processes)[0] * group
+        deal = self._iter_split if self.split_batches else self._iter_whole
+        yield from deal(itertools.islice(batches, before_tail))
+        tail = [index for batch in batches for index in batch] if before_tail is not None else []
         if tail:
-            lo, hi = chunk(len(tail), n, r)
+            lo, hi = chunk(len(tail), self.num_processes, self.process_index)
             yield tail[lo:hi]
 
     def _is_full(self, batch: Sized) -> bool:
