@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence, Sized
+from collections.abc import Callable, Generator, Iterable, Iterator, Sized
 from typing import Any
 
 from lightning_shard._checks import check_num_processes, check_process_index, check_split_batch_size
@@ -157,37 +157,30 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
         """Slice ``r`` of every batch; a short batch (a bucketing sampler's) is cut in parts of every sample
         once, unless it is the epoch's last (known one batch ahead), which is padded or cut as the reference does."""
         assert self.batch_size is not None  # NOTE: checked in __init__ for split_batches.
-        width = self.batch_size // self.num_processes
-        lo, hi = width * self.process_index, width * (self.process_index + 1)
+        n, r = self.num_processes, self.process_index
+        lo, hi = self.batch_size // n * r, self.batch_size // n * (r + 1)
         first: list[int] | None = None
         for position, (batch, last) in enumerate(marked_last(batches)):
             first = list(batch) if first is None else first
             if len(batch) == self.batch_size:
                 yield batch[lo:hi]
-            elif not last:
-                yield self._split_short(batch, position)
-            elif not first:
+            elif last and not first:
                 return  # NOTE: an empty first batch has nothing to pad with.
-            elif self.even_batches and not self.drop_last:
+            elif last and self.even_batches and not self.drop_last:
                 yield (list(batch) + _repeat_to(first, self.batch_size))[lo:hi]
-            elif self.kind.plain:
+            elif last and self.kind.plain:
                 if not self.drop_last and len(batch) > lo:
                     yield batch[lo:hi]
-            elif len(batch) > self.process_index:
-                lo, hi = chunk(len(batch), self.num_processes, self.process_index)
-                yield list(batch[lo:hi])
-
-    def _split_short(self, batch: Sequence[int], position: int) -> list[int]:
-        """This process's part of a short batch that is not the epoch's last: every sample once."""
-        if len(batch) < self.num_processes:
-            raise ValueError(
-                f"`split_batches=True`: batch {position} of the epoch has {len(batch)} samples, fewer than the "
-                f"{self.num_processes} processes, so some would get none and the step could not be taken "
-                "together. Have the batch sampler yield batches of at least as many samples as processes "
-                "(e.g. merge a bucket's short last batch into the next), or use `split_batches=False`."
-            )
-        lo, hi = chunk(len(batch), self.num_processes, self.process_index)
-        return list(batch[lo:hi])
+            elif not last and len(batch) < n:
+                raise ValueError(
+                    f"`split_batches=True`: batch {position} of the epoch has {len(batch)} samples, fewer than the "
+                    f"{n} processes, so some would get none and the step could not be taken together. Have the "
+                    "batch sampler yield batches of at least as many samples as processes (e.g. merge a bucket's "
+                    "short last batch into the next), or use `split_batches=False`."
+                )
+            elif len(batch) > r:
+                # NOTE: a short batch before the last, or a bucketing sampler's last: every sample once.
+                yield list(batch[slice(*chunk(len(batch), n, r))])
 
     def _iter_whole(self, batches: Iterable[Any]) -> Iterator[list[int]]:
         """Batch ``r`` of every round of ``N``, as it comes (short or not, a bucketing sampler's), but for the
