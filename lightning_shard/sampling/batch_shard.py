@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import itertools
-import math
-from collections.abc import Callable, Generator, Iterable, Iterator, Sized
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 from lightning_shard._checks import check_num_processes, check_process_index, check_split_batch_size
@@ -150,9 +149,6 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
             lo, hi = chunk(len(tail), self.num_processes, self.process_index)
             yield tail[lo:hi]
 
-    def _is_full(self, batch: Sized) -> bool:
-        return self.batch_size is None or len(batch) == self.batch_size
-
     def _iter_split(self, batches: Iterable[Any]) -> Iterator[list[int]]:
         """Slice ``r`` of every batch; a short batch (a bucketing sampler's) is cut in parts of every sample
         once, unless it is the epoch's last (known one batch ahead), which is padded or cut as the reference does."""
@@ -184,47 +180,36 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
 
     def _iter_whole(self, batches: Iterable[Any]) -> Iterator[list[int]]:
         """Batch ``r`` of every round of ``N``, as it comes (short or not, a bucketing sampler's), but for the
-        epoch's last round (known one batch ahead), which is padded."""
-        n, r = self.num_processes, self.process_index
-        head: list[Any] = []
-        mine: Any = None
-        batch: Any = None
-        seen = 0
+        epoch's last round (known one batch ahead), which is padded: the ranks from its last batch (if short) on
+        get that batch continued into the start of the epoch (whole batches when sizes vary)."""
+        n, r, size = self.num_processes, self.process_index, self.batch_size
+        this_round: list[Any] = []
+        head = this_round  # NOTE: the epoch's first round, what padding takes from (each next round is a new list).
         for batch, last in marked_last(batches):
-            if seen < n:
-                head.append(batch)
-            if seen % n == r:
-                mine = batch
-            seen += 1
-            if seen % n == 0 and not last:
-                yield mine
-                mine = None
-        if seen and seen % n == 0 and (self.drop_last or self._is_full(batch)):  # NOTE: a whole last round
-            yield mine
+            this_round.append(batch)
+            if len(this_round) == n and not last:
+                yield this_round[r]
+                this_round = []
+        if not this_round:
+            return
+        full = size is None or len(this_round[-1]) == size
+        if len(this_round) == n and (self.drop_last or full):  # NOTE: a whole last round
+            yield this_round[r]
             return
         # NOTE: the first batches must hold something to pad with (whole batches count when sizes vary).
-        has_data = bool(head) if self.batch_size is None else any(len(part) for part in head)
-        if self.drop_last or not has_data:
+        if self.drop_last or not (size is None or any(len(part) for part in head)):
             return
-        # NOTE: only the epoch's last batch is completed (`_pad_whole`); a short one before it is yielded.
-        if mine and (not self.even_batches or self._is_full(mine) or (seen - 1) % n != r):
-            yield mine
-        if self.even_batches:
-            yield from self._pad_whole(head, batch, seen)
-
-    def _pad_whole(self, head: list[Any], last: Any, seen: int) -> Iterator[list[int]]:
-        """This process's batch, if any, of those completing the last round: they continue the epoch's last
-        batch (if short) into the start of the epoch (whole batches when sizes vary)."""
-        n, size = self.num_processes, self.batch_size
-        partial, start = ([], seen) if self._is_full(last) else (list(last), seen - 1)
-        offset = (self.process_index - start) % n
-        if start + offset >= math.ceil(seen / n) * n:
-            return
-        if size is None:
-            yield _repeat_to(head, n)[offset]
+        # NOTE: the first rank padded: only the epoch's last batch is completed (a short one before it is yielded).
+        start = len(this_round) - (not full)
+        if r < start or not self.even_batches:
+            if r < len(this_round) and this_round[r]:
+                yield this_round[r]
+        elif size is None:
+            yield _repeat_to(head, n)[r - start]
         else:
-            pool = partial + _repeat_to([index for batch in head for index in batch], n * size)
-            yield pool[offset * size : (offset + 1) * size]
+            indices = [index for batch in head for index in batch]
+            pool = ([] if full else list(this_round[-1])) + _repeat_to(indices, n * size)
+            yield pool[(r - start) * size : (r - start + 1) * size]
 
 
 def marked_last(
