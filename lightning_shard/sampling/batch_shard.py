@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import itertools
-import math
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence, Sized
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 from lightning_shard._checks import check_num_processes, check_process_index, check_split_batch_size
@@ -134,114 +133,83 @@ class BatchSamplerShard(KnowsKind, BatchSamplerWrapper):
 
     def _iter_generic(self, source: Iterable[Any] | None = None, consumed: int = 0) -> Iterator[list[int]]:
         """The streaming path, for any batch sampler; ``source`` replaces the wrapped sampler's batches
-        (what is left of them once ``consumed`` are gone)."""
-        batches = self.batch_sampler if source is None else source
+        (what is left of them once ``consumed`` are gone). With a balanced tail, the steps before it are dealt
+        as usual, then the rest of the batches is split into this process's chunk."""
+        batches = iter(self.batch_sampler if source is None else source)
+        before_tail = None  # NOTE: how many batches are dealt: all, but for a balanced tail.
         length = self._samples_left(consumed)
         if length is not None and is_balanced(self.even_batches, length, self.num_processes):
-            return self._iter_balanced(batches, length)
-        return self._iter_split(batches) if self.split_batches else self._iter_whole(batches)
-
-    def _iter_balanced(self, batches: Iterable[Any], length: int) -> Iterator[list[int]]:
-        """The generic path with a balanced tail: steps before the tail as usual, then this process's chunk."""
-        assert self.batch_size is not None  # NOTE: `_samples_left` needs it.
-        n, r = self.num_processes, self.process_index
-        group = 1 if self.split_batches else n
-        steps = tail_steps(length, self.batch_size * group, n)[0]
-        width = self.batch_size // n
-        tail: list[int] = []
-        for position, batch in enumerate(batches):
-            if position >= steps * group:
-                tail.extend(batch)
-            elif self.split_batches:
-                yield list(batch[r * width : (r + 1) * width])
-            elif position % n == r:
-                yield batch
+            assert self.batch_size is not None  # NOTE: `_samples_left` needs it.
+            group = 1 if self.split_batches else self.num_processes
+            before_tail = tail_steps(length, self.batch_size * group, self.num_processes)[0] * group
+        deal = self._iter_split if self.split_batches else self._iter_whole
+        yield from deal(itertools.islice(batches, before_tail))
+        tail = [index for batch in batches for index in batch] if before_tail is not None else []
         if tail:
-            lo, hi = chunk(len(tail), n, r)
+            lo, hi = chunk(len(tail), self.num_processes, self.process_index)
             yield tail[lo:hi]
-
-    def _is_full(self, batch: Sized) -> bool:
-        return self.batch_size is None or len(batch) == self.batch_size
 
     def _iter_split(self, batches: Iterable[Any]) -> Iterator[list[int]]:
         """Slice ``r`` of every batch; a short batch (a bucketing sampler's) is cut in parts of every sample
         once, unless it is the epoch's last (known one batch ahead), which is padded or cut as the reference does."""
         assert self.batch_size is not None  # NOTE: checked in __init__ for split_batches.
-        width = self.batch_size // self.num_processes
-        lo, hi = width * self.process_index, width * (self.process_index + 1)
+        n, r = self.num_processes, self.process_index
+        lo, hi = self.batch_size // n * r, self.batch_size // n * (r + 1)
         first: list[int] | None = None
         for position, (batch, last) in enumerate(marked_last(batches)):
             first = list(batch) if first is None else first
             if len(batch) == self.batch_size:
                 yield batch[lo:hi]
-            elif not last:
-                yield self._split_short(batch, position)
-            elif not first:
+            elif last and not first:
                 return  # NOTE: an empty first batch has nothing to pad with.
-            elif self.even_batches and not self.drop_last:
+            elif last and self.even_batches and not self.drop_last:
                 yield (list(batch) + _repeat_to(first, self.batch_size))[lo:hi]
-            elif self.kind.plain:
+            elif last and self.kind.plain:
                 if not self.drop_last and len(batch) > lo:
                     yield batch[lo:hi]
-            elif len(batch) > self.process_index:
-                lo, hi = chunk(len(batch), self.num_processes, self.process_index)
-                yield list(batch[lo:hi])
-
-    def _split_short(self, batch: Sequence[int], position: int) -> list[int]:
-        """This process's part of a short batch that is not the epoch's last: every sample once."""
-        if len(batch) < self.num_processes:
-            raise ValueError(
-                f"`split_batches=True`: batch {position} of the epoch has {len(batch)} samples, fewer than the "
-                f"{self.num_processes} processes, so some would get none and the step could not be taken "
-                "together. Have the batch sampler yield batches of at least as many samples as processes "
-                "(e.g. merge a bucket's short last batch into the next), or use `split_batches=False`."
-            )
-        lo, hi = chunk(len(batch), self.num_processes, self.process_index)
-        return list(batch[lo:hi])
+            elif not last and len(batch) < n:
+                raise ValueError(
+                    f"`split_batches=True`: batch {position} of the epoch has {len(batch)} samples, fewer than the "
+                    f"{n} processes, so some would get none and the step could not be taken together. Have the "
+                    "batch sampler yield batches of at least as many samples as processes (e.g. merge a bucket's "
+                    "short last batch into the next), or use `split_batches=False`."
+                )
+            elif len(batch) > r:
+                # NOTE: a short batch before the last, or a bucketing sampler's last: every sample once.
+                yield list(batch[slice(*chunk(len(batch), n, r))])
 
     def _iter_whole(self, batches: Iterable[Any]) -> Iterator[list[int]]:
         """Batch ``r`` of every round of ``N``, as it comes (short or not, a bucketing sampler's), but for the
-        epoch's last round (known one batch ahead), which is padded."""
-        n, r = self.num_processes, self.process_index
-        head: list[Any] = []
-        mine: Any = None
-        batch: Any = None
-        seen = 0
+        epoch's last round (known one batch ahead), which is padded: the ranks from its last batch (if short) on
+        get that batch continued into the start of the epoch (whole batches when sizes vary)."""
+        n, r, size = self.num_processes, self.process_index, self.batch_size
+        this_round: list[Any] = []
+        head = this_round  # NOTE: the epoch's first round, what padding takes from (each next round is a new list).
         for batch, last in marked_last(batches):
-            if seen < n:
-                head.append(batch)
-            if seen % n == r:
-                mine = batch
-            seen += 1
-            if seen % n == 0 and not last:
-                yield mine
-                mine = None
-        if seen and seen % n == 0 and (self.drop_last or self._is_full(batch)):  # NOTE: a whole last round
-            yield mine
+            this_round.append(batch)
+            if len(this_round) == n and not last:
+                yield this_round[r]
+                this_round = []
+        if not this_round:
+            return
+        full = size is None or len(this_round[-1]) == size
+        if len(this_round) == n and (self.drop_last or full):  # NOTE: a whole last round
+            yield this_round[r]
             return
         # NOTE: the first batches must hold something to pad with (whole batches count when sizes vary).
-        has_data = bool(head) if self.batch_size is None else any(len(part) for part in head)
-        if self.drop_last or not has_data:
+        if self.drop_last or not (size is None or any(len(part) for part in head)):
             return
-        # NOTE: only the epoch's last batch is completed (`_pad_whole`); a short one before it is yielded.
-        if mine and (not self.even_batches or self._is_full(mine) or (seen - 1) % n != r):
-            yield mine
-        if self.even_batches:
-            yield from self._pad_whole(head, batch, seen)
-
-    def _pad_whole(self, head: list[Any], last: Any, seen: int) -> Iterator[list[int]]:
-        """This process's batch, if any, of those completing the last round: they continue the epoch's last
-        batch (if short) into the start of the epoch (whole batches when sizes vary)."""
-        n, size = self.num_processes, self.batch_size
-        partial, start = ([], seen) if self._is_full(last) else (list(last), seen - 1)
-        offset = (self.process_index - start) % n
-        if start + offset >= math.ceil(seen / n) * n:
-            return
-        if size is None:
-            yield _repeat_to(head, n)[offset]
+        # NOTE: the first rank padded: only the epoch's last batch is completed (a short one before it is yielded).
+        start = len(this_round) - (not full)
+        if r < start or not self.even_batches:
+            if r < len(this_round) and this_round[r]:
+                yield this_round[r]
+        elif size is None:
+            yield _repeat_to(head, n)[r - start]
         else:
-            pool = partial + _repeat_to([index for batch in head for index in batch], n * size)
-            yield pool[offset * size : (offset + 1) * size]
+            indices = [index for batch in head for index in batch]
+            pool = ([] if full else list(this_round[-1])) + _repeat_to(indices, n * size)
+            yield pool[(r - start) * size : (r - start + 1) * size]
 
 
 def marked_last(

@@ -353,7 +353,7 @@ def split_short(cell: Cell, devices: int) -> bool:
     library raises at that batch on every rank (it cannot be split so that each process takes a step).
     A shorter batch that is not the last is split exactly (parts differing by at most one sample), under
     ``dispatch`` too (which joins ``N`` batches, so at least ``N`` samples). No cell of the matrix has one
-    (``BUCKETS``); the loader tests cover that error (``batch_shard._split_short``)."""
+    (``BUCKETS``); the loader tests cover that error (``batch_shard.BatchSamplerShard._iter_split``)."""
     if cell.mode != "split" or cell.sampler != "bucketing":
         return False
     return any(0 < size < devices for size in epoch_batch_sizes(cell) if size != loader_batch(cell))
