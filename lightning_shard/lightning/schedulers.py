@@ -37,10 +37,7 @@ class SchedulerScaling:
 
 def wrap_optimizers(optimizers: list[Optimizer]) -> list[Optimizer]:
     """Each optimizer as a ``ShardOptimizer`` (one already wrapped is kept)."""
-    return [
-        optimizer if isinstance(optimizer, ShardOptimizer) else ShardOptimizer(optimizer)
-        for optimizer in optimizers
-    ]
+    return [opt if isinstance(opt, ShardOptimizer) else ShardOptimizer(opt) for opt in optimizers]
 
 
 def wrap_schedulers(
