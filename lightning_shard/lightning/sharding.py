@@ -112,9 +112,9 @@ class StrategySharding:
     def trainer(self) -> pl.Trainer:
         """The connected trainer (``RuntimeError`` before the strategy is connected to one)."""
         if self._trainer is None:
-            name = type(self._strategy).__name__
             raise RuntimeError(
-                f"`{name}` is not connected to a trainer yet; pass it to `Trainer(strategy=...)`."
+                f"`{type(self._strategy).__name__}` is not connected to a trainer yet; pass it to "
+                "`Trainer(strategy=...)`."
             )
         return self._trainer
 
