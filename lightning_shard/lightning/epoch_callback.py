@@ -150,8 +150,8 @@ class ShardRandomStatesCallback(Callback):
     that nothing between the restore and the training step draws from them.
     """
 
-    def __init__(self) -> None:
-        self._pending: dict[str, Any] | None = None
+    _pending: dict[str, Any] | None = None
+    """The states a checkpoint restored, until the first training batch applies them."""
 
     @property
     @override
