@@ -115,13 +115,13 @@ class ShardEpochCallback(Callback):
         self._end_reload(trainer)
         self.rounds.close()
         for loader in flatten_loaders(trainer.train_dataloader):
-            if is_shard_loader(loader):
-                self.align(trainer, loader)
+            self.align(trainer, loader)
 
     @staticmethod
-    def align(trainer: pl.Trainer, loader: ShardLoader) -> None:
-        """Put ``loader`` in the trainer's epoch (an epoch Lightning stopped without exhausting it ends)."""
-        if loader.epoch != trainer.current_epoch:
+    def align(trainer: pl.Trainer, loader: object) -> None:
+        """Put ``loader``, if sharded, in the trainer's epoch (an epoch Lightning stopped without exhausting
+        it ends)."""
+        if is_shard_loader(loader) and loader.epoch != trainer.current_epoch:
             loader.set_epoch(trainer.current_epoch)
 
     @override
