@@ -64,9 +64,7 @@ def unwrap_index_batch_sampler(batch_sampler: Any) -> Any | None:
     """The batch sampler inside the index recorder Lightning puts on predict loaders, or ``None``."""
     # NOTE: Lightning wraps a predict loader's batch sampler in `_IndexBatchSamplerWrapper` so that its
     # prediction writers get `batch_indices`; we shard what is inside, then record the shard (below).
-    if isinstance(batch_sampler, _IndexBatchSamplerWrapper):
-        return batch_sampler._batch_sampler
-    return None
+    return batch_sampler._batch_sampler if isinstance(batch_sampler, _IndexBatchSamplerWrapper) else None
 
 
 def record_batch_indices(batch_sampler: Any) -> Any:
@@ -80,9 +78,7 @@ def checkpoint_loader_states(trainer: pl.Trainer) -> list[Any]:
     # NOTE: `_FitLoop.setup_data` measures the training loaders before it loads their states (a state from
     # fewer processes has more steps left); they wait in this attribute, and no public hook runs between.
     loop = trainer.fit_loop
-    if not loop.restarting:
-        return []
-    return list(getattr(loop, "_combined_loader_states_to_load", None) or [])
+    return list(getattr(loop, "_combined_loader_states_to_load", None) or []) if loop.restarting else []
 
 
 def saved_loader_states(checkpoint: dict[str, Any]) -> list[Any]:

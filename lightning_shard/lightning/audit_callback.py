@@ -45,8 +45,7 @@ class IndexTap:
 
     def take(self) -> list[Any]:
         """The batches of indices of the step that just ended (none on a process that loads nothing)."""
-        count = min(self.per_step, len(self.pending))
-        return [self.pending.popleft() for _ in range(count)]
+        return [self.pending.popleft() for _ in range(min(self.per_step, len(self.pending)))]
 
 
 @dataclass(frozen=True)

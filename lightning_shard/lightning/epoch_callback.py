@@ -84,9 +84,10 @@ class ShardEpochCallback(Callback):
     """Sets each sharded training loader's epoch to the trainer's at the start of every epoch (Lightning
     stops an epoch without exhausting the loader, which never sees its epoch end)."""
 
-    def __init__(self, rounds: TrainingLoaderRounds | None = None) -> None:
+    def __init__(self) -> None:
         self._reload_setting: int | None = None
-        self._rounds = TrainingLoaderRounds() if rounds is None else rounds
+        self.rounds = TrainingLoaderRounds()
+        """The training loaders whose round it closes as each fit and epoch starts (the strategy adds them)."""
         self.stream_reports: list[StreamReport] = []
         """Each finished training epoch's ``StreamReport`` (loaders over a stream that may end unevenly)."""
 
@@ -101,26 +102,26 @@ class ShardEpochCallback(Callback):
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # NOTE: a fit resumed mid-epoch skips `on_train_epoch_start` for that epoch; this one always runs.
-        self._rounds.close()
+        self.rounds.close()
         # NOTE: after the round closed, so that a rebuilt loader takes its predecessor's place (position 0);
         # the rebuilt round is closed in turn: a reload before the next `on_train_epoch_start` (the epoch
         # after a resumed one) follows on from it.
         if rebuild_unrestored_training_loaders(trainer):
-            self._rounds.close()
+            self.rounds.close()
         finish_restored_epoch(trainer)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._end_reload(trainer)
-        self._rounds.close()
+        self.rounds.close()
         for loader in flatten_loaders(trainer.train_dataloader):
-            if is_shard_loader(loader):
-                self.align(trainer, loader)
+            self.align(trainer, loader)
 
     @staticmethod
-    def align(trainer: pl.Trainer, loader: ShardLoader) -> None:
-        """Put ``loader`` in the trainer's epoch (an epoch Lightning stopped without exhausting it ends)."""
-        if loader.epoch != trainer.current_epoch:
+    def align(trainer: pl.Trainer, loader: object) -> None:
+        """Put ``loader``, if sharded, in the trainer's epoch (an epoch Lightning stopped without exhausting
+        it ends)."""
+        if is_shard_loader(loader) and loader.epoch != trainer.current_epoch:
             loader.set_epoch(trainer.current_epoch)
 
     @override
@@ -149,8 +150,8 @@ class ShardRandomStatesCallback(Callback):
     that nothing between the restore and the training step draws from them.
     """
 
-    def __init__(self) -> None:
-        self._pending: dict[str, Any] | None = None
+    _pending: dict[str, Any] | None = None
+    """The states a checkpoint restored, until the first training batch applies them."""
 
     @property
     @override

@@ -37,10 +37,7 @@ class SchedulerScaling:
 
 def wrap_optimizers(optimizers: list[Optimizer]) -> list[Optimizer]:
     """Each optimizer as a ``ShardOptimizer`` (one already wrapped is kept)."""
-    return [
-        optimizer if isinstance(optimizer, ShardOptimizer) else ShardOptimizer(optimizer)
-        for optimizer in optimizers
-    ]
+    return [opt if isinstance(opt, ShardOptimizer) else ShardOptimizer(opt) for opt in optimizers]
 
 
 def wrap_schedulers(
@@ -64,8 +61,7 @@ def _wrapped(
     config: LRSchedulerConfig, optimizers: list[Optimizer], scaling: SchedulerScaling
 ) -> LRSchedulerConfig:
     scheduler = config.scheduler
-    stepped = scaling.enabled and _steps_per_batch(config)
-    if not stepped or isinstance(scheduler, ShardScheduler):
+    if not scaling.enabled or not _steps_per_batch(config) or isinstance(scheduler, ShardScheduler):
         return config
     # NOTE: the wrapped optimizers the scheduler follows (all of them when it does not say).
     inner = getattr(scheduler, "optimizer", None)

@@ -30,11 +30,7 @@ from lightning_shard.lightning._private import (
 )
 from lightning_shard.lightning.audit_callback import ShardAuditCallback
 from lightning_shard.lightning.compat import check_lightning_version
-from lightning_shard.lightning.epoch_callback import (
-    ShardEpochCallback,
-    ShardRandomStatesCallback,
-    TrainingLoaderRounds,
-)
+from lightning_shard.lightning.epoch_callback import ShardEpochCallback, ShardRandomStatesCallback
 from lightning_shard.lightning.left_as_is import checked
 from lightning_shard.lightning.plan import ShardPlan, left_alone_plan, plan_for
 from lightning_shard.lightning.prediction import PredictionGatherer
@@ -97,8 +93,8 @@ class StrategySharding:
         self._stream_padding = 0
         self._stepping = False
         self._resumed_batches = 0
-        self._rounds = TrainingLoaderRounds()
-        self.epoch_callback = ShardEpochCallback(self._rounds)
+        self.epoch_callback = ShardEpochCallback()
+        self._rounds = self.epoch_callback.rounds
         self.audit = ShardAuditCallback(raise_on_problem=self.strategy_options.audit_raise)
         # NOTE: bound methods, not lambdas: a strategy is pickled into the processes `"shard_spawn"` starts.
         predictions = PredictionGatherer(strategy.data_parallel_topology, self._predict_split_batches)
@@ -116,9 +112,9 @@ class StrategySharding:
     def trainer(self) -> pl.Trainer:
         """The connected trainer (``RuntimeError`` before the strategy is connected to one)."""
         if self._trainer is None:
-            name = type(self._strategy).__name__
             raise RuntimeError(
-                f"`{name}` is not connected to a trainer yet; pass it to `Trainer(strategy=...)`."
+                f"`{type(self._strategy).__name__}` is not connected to a trainer yet; pass it to "
+                "`Trainer(strategy=...)`."
             )
         return self._trainer
 
