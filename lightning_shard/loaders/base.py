@@ -184,15 +184,8 @@ class ResumableLoader(DataLoader):
         """A loader with every setting and the epoch of this one and a position of its own (at the epoch's start),
         with the user's attributes: the dataset is shared, what holds a position copied (``_copied_arguments``)."""
         dataset, arguments = self._copied_arguments()
-        twin = type(self)(
-            dataset,
-            device=self.device,
-            use_stateful_dataloader=self.use_stateful_dataloader,
-            non_blocking=self.non_blocking,
-            topology=self.topology,
-            kind=self.kind,
-            **arguments,
-        )
+        shared = {name: getattr(self, name) for name in _COPIED_SETTINGS}
+        twin = type(self)(dataset, **shared, **arguments)
         carry_user_attributes(twin, self, getattr(self, "user_attributes", ()))
         twin.set_epoch(self.epoch)
         return twin
@@ -244,6 +237,9 @@ class ResumableLoader(DataLoader):
             )
         cursor.observer = observer
 
+
+_COPIED_SETTINGS = ("device", "use_stateful_dataloader", "non_blocking", "topology", "kind")
+"""The constructor arguments both loaders keep under their own names, which a ``fresh_copy`` passes again."""
 
 _STATEFUL_VARIANTS: dict[type, type] = {}
 """Each loader class's ``StatefulDataLoader`` variant, registered by ``ResumableLoader.__init_subclass__``."""

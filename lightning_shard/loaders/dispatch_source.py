@@ -131,7 +131,16 @@ class DispatchSource(BatchSource):
         if last and not self.drop_last and not loader.even_batches:
             return self._real_rows(batches, batch)
         if last and not self.drop_last and rows % n != 0:
-            batch, rows = self._padded(batch, head()), (rows // n + 1) * n
+            try:
+                batch = concatenate([batch, head()])
+            except ValueError as error:
+                raise ValueError(
+                    f"`dispatch_batches=True`: the epoch's last batch has {rows} rows, not a multiple of the "
+                    f"number of processes ({n}), so it is completed with the epoch's first rows, but their "
+                    f"tensors cannot be concatenated ({error.__cause__ or error}). Set `drop_last=True` on the "
+                    "DataLoader, or collate every batch to the same trailing shapes."
+                ) from error
+            rows = (rows // n + 1) * n
         elif 0 < rows < n:
             raise ValueError(
                 f"`dispatch_batches=True`: a global batch before the epoch's last has {rows} rows, fewer than "
@@ -161,18 +170,6 @@ class DispatchSource(BatchSource):
             loader.slice_fn(batch, slice(lo, hi), process_index=r, num_processes=n) if hi > lo else None
             for r, (lo, hi) in enumerate(bounds)
         ]
-
-    def _padded(self, batch: Any, head: Any) -> Any:
-        try:
-            return concatenate([batch, head])
-        except ValueError as error:
-            rows = batch_length(batch)
-            raise ValueError(
-                f"`dispatch_batches=True`: the epoch's last batch has {rows} rows, not a multiple of the "
-                f"number of processes ({self.loader.num_processes}), so it is completed with the epoch's first "
-                f"rows, but their tensors cannot be concatenated ({error.__cause__ or error}). Set "
-                "`drop_last=True` on the DataLoader, or collate every batch to the same trailing shapes."
-            ) from error
 
     # -- the contract's other parts -----------------------------------------------------------------
     def length_after(self, base: int) -> int:

@@ -218,9 +218,7 @@ class DataLoaderDispatcher(ResumableLoader):
             kwargs["batch_sampler"] = copy.deepcopy(index, {id(self.dataset): self.dataset})
         else:
             kwargs.update(batch_size=self.batch_size, drop_last=self.drop_last)
-        kwargs.update(
-            split_batches=self.split_batches, slice_fn=self.slice_fn, even_batches=self.even_batches
-        )
+        kwargs.update({name: getattr(self, name) for name in ("split_batches", "slice_fn", "even_batches")})
         return self.dataset, kwargs
 
 

@@ -6,23 +6,17 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any, cast, get_args
+from typing import TYPE_CHECKING, Any, cast, get_args
 
 import torch.distributed as dist
 
 from lightning_shard.comm.collectives import all_gather_objects, is_distributed
-from lightning_shard.loaders.position import (
-    OWN,
-    PAD,
-    SAME,
-    SHORTEST,
-    DataKind,
-    Position,
-    StreamEnds,
-    stream_ends_for,
-)
+from lightning_shard.loaders.position import OWN, PAD, SAME, SHORTEST, StreamEnds, stream_ends_for
 from lightning_shard.loaders.stream_agreement import END, Agreement, SameStreamCheck, Share
 from lightning_shard.log import warn
+
+if TYPE_CHECKING:
+    from lightning_shard.loaders.position import DataKind, Position
 
 _QUEUED = 16
 """Paddings kept for batches yielded but not yet consumed (Lightning reads one batch ahead)."""
