@@ -110,7 +110,7 @@ class Share:
             self.iterator = itertools.islice(first, (skip - ended) % ended, None)
         # NOTE: else the `skip` batches are read again, which finds where a share that ends before them ends
         # (an empty one ends at its first fetch, as in a fresh epoch).
-        self.position = 0 if self.end is not None else sum(1 for _ in itertools.islice(first, skip))
+        self.position = skip if self.end is not None else sum(1 for _ in itertools.islice(first, skip))
         """Real batches fetched from the share (those skipped included)."""
         if 0 < self.position < skip:
             self.end = self.position
